@@ -1,0 +1,21 @@
+# libkiln (static and shared) from every module's objects, the public header, and a pkg-config file.
+get_property(kiln_targets GLOBAL PROPERTY KILN_MODULE_TARGETS)
+get_property(kiln_libs GLOBAL PROPERTY KILN_MODULE_LIBS)
+list(REMOVE_DUPLICATES kiln_libs)
+set(kiln_objects "")
+foreach(t IN LISTS kiln_targets)
+  list(APPEND kiln_objects $<TARGET_OBJECTS:${t}>)
+endforeach()
+
+add_library(kiln_static STATIC ${kiln_objects})
+set_target_properties(kiln_static PROPERTIES OUTPUT_NAME kiln)
+target_link_libraries(kiln_static PUBLIC ${kiln_libs} Threads::Threads)
+add_library(kiln_shared SHARED ${kiln_objects})
+set_target_properties(kiln_shared PROPERTIES OUTPUT_NAME kiln VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
+target_link_libraries(kiln_shared PRIVATE ${kiln_libs} Threads::Threads)
+
+include(GNUInstallDirs)
+configure_file(${CMAKE_SOURCE_DIR}/cmake/kiln.pc.in ${CMAKE_BINARY_DIR}/kiln.pc @ONLY)
+install(TARGETS kiln kiln_static kiln_shared)
+install(FILES ${CMAKE_SOURCE_DIR}/include/kiln.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${CMAKE_BINARY_DIR}/kiln.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
