@@ -4,6 +4,7 @@
 #ifndef KILN_QUANT_QUANT_H
 #define KILN_QUANT_QUANT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "quant/blocks.h"
@@ -21,6 +22,38 @@ typedef struct kiln_quant_ops {
 } kiln_quant_ops;
 
 typedef enum kiln_isa { KILN_ISA_SCALAR = 0, KILN_ISA_AVX2 = 1, KILN_ISA_AVX512 = 2 } kiln_isa;
+
+/* How a family of types registers its kernels (float.c, legacy*.c, kquant*.c, ...):
+ * each file exports one kiln_quant_family for the level its code needs, listing an entry per type it implements.
+ * Only the scalar family of a type must be complete (dequantize, quantize, vec_dot, vec_dot_type); a SIMD family
+ * may leave any function NULL, and that function falls back to the next lower level that has it. quant.c merges
+ * the families once into the table behind kiln_quant_ops_get(); to add a family, declare it in quant.c's
+ * FAMILIES list (see the comment there) - nothing else in quant.c changes. */
+typedef enum kiln_quant_level {
+    KILN_LEVEL_SCALAR = 0,
+    KILN_LEVEL_AVX2,        /* AVX2 + FMA + F16C */
+    KILN_LEVEL_AVX512,      /* AVX-512 F/BW/VL/DQ */
+    KILN_LEVEL_AVX512_VNNI, /* the above plus AVX512-VNNI (vpdpbusd); used by the AVX512 ISA when present */
+    KILN_LEVEL_COUNT
+} kiln_quant_level;
+
+typedef struct kiln_quant_entry {
+    kiln_type type;
+    kiln_quant_ops ops;
+} kiln_quant_entry;
+
+typedef struct kiln_quant_family {
+    const char *name; /* "legacy_avx2", for test and benchmark output */
+    kiln_quant_level level;
+    const kiln_quant_entry *entries;
+    int n_entries;
+} kiln_quant_family;
+
+/* Every registered family, so tests can compare each SIMD kernel with its scalar reference directly. */
+const kiln_quant_family *const *kiln_quant_families(int *count);
+
+/* Whether this CPU (and OS) can run code of a level; ignores the KILN_ISA override. */
+bool kiln_quant_level_supported(kiln_quant_level level);
 
 /* The best ISA this CPU runs (KILN_ISA env var "scalar"/"avx2"/"avx512" lowers it, for tests and benches). */
 kiln_isa kiln_cpu_isa(void);
