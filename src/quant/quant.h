@@ -25,7 +25,8 @@ typedef enum kiln_isa { KILN_ISA_SCALAR = 0, KILN_ISA_AVX2 = 1, KILN_ISA_AVX512 
 
 /* How a family of types registers its kernels (float.c, legacy*.c, kquant*.c, ...):
  * each file exports one kiln_quant_family for the level its code needs, listing an entry per type it implements.
- * Only the scalar family of a type must be complete (dequantize, quantize, vec_dot, vec_dot_type); a SIMD family
+ * The scalar family of a type must be complete (dequantize, quantize, vec_dot_type, and vec_dot unless the type is
+ * only an activation format, like Q8_1, whose vec_dot stays NULL); a SIMD family
  * may leave any function NULL, and that function falls back to the next lower level that has it. quant.c merges
  * the families once into the table behind kiln_quant_ops_get(); to add a family, declare it in quant.c's
  * FAMILIES list (see the comment there) - nothing else in quant.c changes. */
