@@ -13,12 +13,16 @@
 
 extern const kiln_quant_family kiln_float_scalar_family;
 extern const kiln_quant_family kiln_legacy_scalar_family;
+extern const kiln_quant_family kiln_float_avx2_family;
+extern const kiln_quant_family kiln_legacy_avx2_family;
 
 /* To register a family: add its `extern const kiln_quant_family ...;` declaration above and its address here.
  * The k-quant families (kquant*.c) go at the end of this list. Order does not matter: levels decide precedence. */
 static const kiln_quant_family *const FAMILIES[] = {
     &kiln_float_scalar_family,
     &kiln_legacy_scalar_family,
+    &kiln_float_avx2_family,
+    &kiln_legacy_avx2_family,
 };
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 

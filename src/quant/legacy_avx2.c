@@ -1,0 +1,194 @@
+/* AVX2 kernels for the 32-element block formats. Dequantize multiplies (and adds the offset) in the same order as
+ * the scalar reference, without fused multiply-add, so results are bit-identical. Dot products keep the reference
+ * engine's scheme: an exact integer dot per block (maddubs + madd), then one float FMA per block with d_x * d_y. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+/* Element order: low nibbles are elements 0..15, high nibbles 16..31, as in the scalar code. */
+static inline __m256i unpack_nibbles(const uint8_t *qs) {
+    __m128i packed = _mm_loadu_si128((const __m128i *)qs);
+    __m128i mask = _mm_set1_epi8(0x0F);
+    __m128i lo = _mm_and_si128(packed, mask);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* Byte i becomes 0x10 where bit i of qh is set: the fifth bit of element i of a 5-bit block. */
+static inline __m256i fifth_bits(const uint8_t *qh_bytes) {
+    uint32_t qh;
+    memcpy(&qh, qh_bytes, sizeof qh);
+    const __m256i byte_of_bit = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), byte_of_bit);
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+/* Writes 32 floats (float)q[i] * d (+ m when add_min), q given as 32 signed bytes. */
+static inline void store_scaled(__m256i q, __m256 d, __m256 m, int add_min, float *dst) {
+    __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    for (int h = 0; h < 2; h++) {
+        __m256 lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves[h])), d);
+        __m256 hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(halves[h], 8))), d);
+        if (add_min) {
+            lo = _mm256_add_ps(lo, m);
+            hi = _mm256_add_ps(hi, m);
+        }
+        _mm256_storeu_ps(dst + 16 * h, lo);
+        _mm256_storeu_ps(dst + 16 * h + 8, hi);
+    }
+}
+
+static void dequantize_row_q4_0(const void *src, float *dst, int64_t n) {
+    const block_q4_0 *b = src;
+    const __m256i eight = _mm256_set1_epi8(8);
+    for (int64_t i = 0; i < n / QK4_0; i++, dst += QK4_0) {
+        __m256i q = _mm256_sub_epi8(unpack_nibbles(b[i].qs), eight);
+        store_scaled(q, _mm256_set1_ps(kiln_half_to_float(b[i].d)), _mm256_setzero_ps(), 0, dst);
+    }
+}
+
+static void dequantize_row_q4_1(const void *src, float *dst, int64_t n) {
+    const block_q4_1 *b = src;
+    for (int64_t i = 0; i < n / QK4_1; i++, dst += QK4_1) {
+        store_scaled(unpack_nibbles(b[i].qs), _mm256_set1_ps(kiln_half_to_float(b[i].d)),
+                     _mm256_set1_ps(kiln_half_to_float(b[i].m)), 1, dst);
+    }
+}
+
+static void dequantize_row_q5_0(const void *src, float *dst, int64_t n) {
+    const block_q5_0 *b = src;
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    for (int64_t i = 0; i < n / QK5_0; i++, dst += QK5_0) {
+        __m256i q = _mm256_or_si256(unpack_nibbles(b[i].qs), fifth_bits(b[i].qh));
+        store_scaled(_mm256_sub_epi8(q, sixteen), _mm256_set1_ps(kiln_half_to_float(b[i].d)), _mm256_setzero_ps(), 0,
+                     dst);
+    }
+}
+
+static void dequantize_row_q5_1(const void *src, float *dst, int64_t n) {
+    const block_q5_1 *b = src;
+    for (int64_t i = 0; i < n / QK5_1; i++, dst += QK5_1) {
+        __m256i q = _mm256_or_si256(unpack_nibbles(b[i].qs), fifth_bits(b[i].qh));
+        store_scaled(q, _mm256_set1_ps(kiln_half_to_float(b[i].d)), _mm256_set1_ps(kiln_half_to_float(b[i].m)), 1,
+                     dst);
+    }
+}
+
+static void dequantize_row_q8_0(const void *src, float *dst, int64_t n) {
+    const block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / QK8_0; i++, dst += QK8_0) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        store_scaled(q, _mm256_set1_ps(kiln_half_to_float(b[i].d)), _mm256_setzero_ps(), 0, dst);
+    }
+}
+
+static void dequantize_row_q8_1(const void *src, float *dst, int64_t n) {
+    const block_q8_1 *b = src;
+    for (int64_t i = 0; i < n / QK8_1; i++, dst += QK8_1) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        store_scaled(q, _mm256_set1_ps(kiln_half_to_float(b[i].d)), _mm256_setzero_ps(), 0, dst);
+    }
+}
+
+/* Eight int32 partial sums of unsigned x times signed y. Pairs cannot saturate the int16 step while x <= 128 and
+ * |y| <= 127, which holds for every quantizer's output. */
+static inline __m256i dot_u8_i8(__m256i ux, __m256i sy) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ux, sy), _mm256_set1_epi16(1));
+}
+
+/* Signed times signed: move x's sign onto y so maddubs can treat x as unsigned. */
+static inline __m256i dot_i8_i8(__m256i x, __m256i y) {
+    return dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256 block_scale(kiln_half dx, kiln_half dy) {
+    return _mm256_set1_ps(kiln_half_to_float(dx) * kiln_half_to_float(dy));
+}
+
+static float vec_dot_q4_0_q8_0(int64_t n, const void *vx, const void *vy) {
+    const block_q4_0 *x = vx;
+    const block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        __m256i qx = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_i8_i8(qx, qy)), acc);
+    }
+    return hsum(acc);
+}
+
+static float vec_dot_q4_1_q8_1(int64_t n, const void *vx, const void *vy) {
+    const block_q4_1 *x = vx;
+    const block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_u8_i8(unpack_nibbles(x[i].qs), qy)),
+                              acc);
+        offsets += kiln_half_to_float(x[i].m) * kiln_half_to_float(y[i].s);
+    }
+    return hsum(acc) + offsets;
+}
+
+static float vec_dot_q5_0_q8_0(int64_t n, const void *vx, const void *vy) {
+    const block_q5_0 *x = vx;
+    const block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh));
+        qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(16));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_i8_i8(qx, qy)), acc);
+    }
+    return hsum(acc);
+}
+
+static float vec_dot_q5_1_q8_1(int64_t n, const void *vx, const void *vy) {
+    const block_q5_1 *x = vx;
+    const block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_u8_i8(qx, qy)), acc);
+        offsets += kiln_half_to_float(x[i].m) * kiln_half_to_float(y[i].s);
+    }
+    return hsum(acc) + offsets;
+}
+
+static float vec_dot_q8_0_q8_0(int64_t n, const void *vx, const void *vy) {
+    const block_q8_0 *x = vx;
+    const block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_i8_i8(qx, qy)), acc);
+    }
+    return hsum(acc);
+}
+
+static const kiln_quant_entry ENTRIES[] = {
+    {KILN_TYPE_Q4_0, {dequantize_row_q4_0, NULL, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q4_1, {dequantize_row_q4_1, NULL, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q5_0, {dequantize_row_q5_0, NULL, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q5_1, {dequantize_row_q5_1, NULL, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, NULL, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, NULL, NULL, KILN_TYPE_Q8_1}},
+};
+
+const kiln_quant_family kiln_legacy_avx2_family = {
+    "legacy_avx2", KILN_LEVEL_AVX2, ENTRIES, (int)(sizeof ENTRIES / sizeof ENTRIES[0])};
