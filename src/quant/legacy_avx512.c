@@ -1,0 +1,224 @@
+/* AVX-512 kernels for the 32-element block formats. Dequantize is bit-identical to the scalar reference (no fused
+ * multiply-add). Dot products take two blocks per 512-bit step: an exact integer dot per block (vpdpbusd on CPUs
+ * with AVX512-VNNI, maddubs + madd otherwise), then one float FMA with d_x * d_y per block, as the reference engine
+ * does. This file exports two families, plain AVX-512 and VNNI; quant.c uses the VNNI one only where cpuid has it. */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+static inline uint32_t load_qh(const uint8_t *qh) {
+    uint32_t v;
+    memcpy(&v, qh, sizeof v);
+    return v;
+}
+
+/* ---- dequantize: 16 elements per vector; low nibbles are elements 0..15, high nibbles 16..31 ---- */
+
+static inline __m128i low_nibbles(__m128i packed) { return _mm_and_si128(packed, _mm_set1_epi8(0x0F)); }
+
+static inline __m128i high_nibbles(__m128i packed) {
+    return _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
+}
+
+static inline void store16(__m128i q, __m512 d, float *dst) {
+    _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+}
+
+static inline void store16_min(__m128i q, __m512 d, __m512 m, float *dst) {
+    _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d), m));
+}
+
+static void dequantize_row_q4_0(const void *src, float *dst, int64_t n) {
+    const block_q4_0 *b = src;
+    const __m128i eight = _mm_set1_epi8(8);
+    for (int64_t i = 0; i < n / QK4_0; i++, dst += QK4_0) {
+        __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
+        __m512 d = _mm512_set1_ps(kiln_half_to_float(b[i].d));
+        store16(_mm_sub_epi8(low_nibbles(packed), eight), d, dst);
+        store16(_mm_sub_epi8(high_nibbles(packed), eight), d, dst + 16);
+    }
+}
+
+static void dequantize_row_q4_1(const void *src, float *dst, int64_t n) {
+    const block_q4_1 *b = src;
+    for (int64_t i = 0; i < n / QK4_1; i++, dst += QK4_1) {
+        __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
+        __m512 d = _mm512_set1_ps(kiln_half_to_float(b[i].d)), m = _mm512_set1_ps(kiln_half_to_float(b[i].m));
+        store16_min(low_nibbles(packed), d, m, dst);
+        store16_min(high_nibbles(packed), d, m, dst + 16);
+    }
+}
+
+/* Bit i of the mask set means element i has its fifth bit: add 0x10 to exactly those bytes. */
+static inline __m128i with_fifth_bits(__m128i q, uint32_t bits16) {
+    return _mm_or_si128(q, _mm_maskz_set1_epi8((__mmask16)bits16, 0x10));
+}
+
+static void dequantize_row_q5_0(const void *src, float *dst, int64_t n) {
+    const block_q5_0 *b = src;
+    const __m128i sixteen = _mm_set1_epi8(16);
+    for (int64_t i = 0; i < n / QK5_0; i++, dst += QK5_0) {
+        __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
+        uint32_t qh = load_qh(b[i].qh);
+        __m512 d = _mm512_set1_ps(kiln_half_to_float(b[i].d));
+        store16(_mm_sub_epi8(with_fifth_bits(low_nibbles(packed), qh & 0xFFFF), sixteen), d, dst);
+        store16(_mm_sub_epi8(with_fifth_bits(high_nibbles(packed), qh >> 16), sixteen), d, dst + 16);
+    }
+}
+
+static void dequantize_row_q5_1(const void *src, float *dst, int64_t n) {
+    const block_q5_1 *b = src;
+    for (int64_t i = 0; i < n / QK5_1; i++, dst += QK5_1) {
+        __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
+        uint32_t qh = load_qh(b[i].qh);
+        __m512 d = _mm512_set1_ps(kiln_half_to_float(b[i].d)), m = _mm512_set1_ps(kiln_half_to_float(b[i].m));
+        store16_min(with_fifth_bits(low_nibbles(packed), qh & 0xFFFF), d, m, dst);
+        store16_min(with_fifth_bits(high_nibbles(packed), qh >> 16), d, m, dst + 16);
+    }
+}
+
+static inline void dequantize_8bit(const int8_t *qs, kiln_half d_half, float *dst) {
+    __m512 d = _mm512_set1_ps(kiln_half_to_float(d_half));
+    store16(_mm_loadu_si128((const __m128i *)qs), d, dst);
+    store16(_mm_loadu_si128((const __m128i *)(qs + 16)), d, dst + 16);
+}
+
+static void dequantize_row_q8_0(const void *src, float *dst, int64_t n) {
+    const block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / QK8_0; i++, dst += QK8_0) dequantize_8bit(b[i].qs, b[i].d, dst);
+}
+
+static void dequantize_row_q8_1(const void *src, float *dst, int64_t n) {
+    const block_q8_1 *b = src;
+    for (int64_t i = 0; i < n / QK8_1; i++, dst += QK8_1) dequantize_8bit(b[i].qs, b[i].d, dst);
+}
+
+/* ---- dot products: two blocks per step, the second left zero when the row has an odd block count ---- */
+
+/* The 32 quants of a block in element order, as bytes. */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    __m128i packed = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_set_m128i(high_nibbles(packed), low_nibbles(packed));
+}
+
+static inline __m256i fifth_bits32(const uint8_t *qh) { return _mm256_maskz_set1_epi8(load_qh(qh), 0x10); }
+
+static inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+static inline __m512 join_scales(float lo, float hi) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
+}
+
+/* Sixteen int32 partial sums of unsigned x times signed y. Without VNNI the int16 step cannot saturate while
+ * x <= 128 and |y| <= 127, which every quantizer's output satisfies. */
+ALWAYS_INLINE __m512i dot_u8_i8(__m512i ux, __m512i sy, const bool vnni) {
+    if (vnni) return _mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, sy);
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(ux, sy), _mm512_set1_epi16(1));
+}
+
+/* Signed times signed: move x's sign onto y so x can be treated as unsigned. */
+ALWAYS_INLINE __m512i dot_i8_i8(__m512i x, __m512i y, const bool vnni) {
+    __m512i y_signed = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(x), _mm512_setzero_si512(), y);
+    return dot_u8_i8(_mm512_abs_epi8(x), y_signed, vnni);
+}
+
+static inline float scale_of(kiln_half dx, kiln_half dy) { return kiln_half_to_float(dx) * kiln_half_to_float(dy); }
+
+static inline __m256i q8_quants(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
+
+/* Signed weight quants of one block of a symmetric type. */
+static inline __m256i quants_q4_0(const block_q4_0 *b) { return _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8)); }
+
+static inline __m256i quants_q5_0(const block_q5_0 *b) {
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh)), _mm256_set1_epi8(16));
+}
+
+static inline __m256i quants_q8_0(const block_q8_0 *b) { return q8_quants(b->qs); }
+
+/* Unsigned weight quants of one block of an offset type. */
+static inline __m256i quants_q4_1(const block_q4_1 *b) { return nibbles32(b->qs); }
+
+static inline __m256i quants_q5_1(const block_q5_1 *b) {
+    return _mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh));
+}
+
+/* Symmetric weights with Q8_0 activations: sum of d_x d_y * dot(q_x, q_y) over blocks. */
+#define VEC_DOT_SYMMETRIC(name, block_type, quants)                                                                 \
+    ALWAYS_INLINE float name##_impl(int64_t n, const void *vx, const void *vy, const bool vnni) {                  \
+        const block_type *x = vx;                                                                                    \
+        const block_q8_0 *y = vy;                                                                                    \
+        const int64_t nb = n / QK8_0;                                                                                \
+        __m512 acc = _mm512_setzero_ps();                                                                            \
+        for (int64_t i = 0; i < nb; i += 2) {                                                                        \
+            bool pair = i + 1 < nb;                                                                                  \
+            __m512i qx = join(quants(&x[i]), pair ? quants(&x[i + 1]) : _mm256_setzero_si256());                     \
+            __m512i qy = join(q8_quants(y[i].qs), pair ? q8_quants(y[i + 1].qs) : _mm256_setzero_si256());           \
+            __m512 d = join_scales(scale_of(x[i].d, y[i].d), pair ? scale_of(x[i + 1].d, y[i + 1].d) : 0.0f);       \
+            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8_i8(qx, qy, vnni)), acc);                              \
+        }                                                                                                            \
+        return _mm512_reduce_add_ps(acc);                                                                            \
+    }
+
+/* Offset weights with Q8_1 activations: the min term m_x * s_y needs no quants. */
+#define VEC_DOT_OFFSET(name, block_type, quants)                                                                    \
+    ALWAYS_INLINE float name##_impl(int64_t n, const void *vx, const void *vy, const bool vnni) {                  \
+        const block_type *x = vx;                                                                                    \
+        const block_q8_1 *y = vy;                                                                                    \
+        const int64_t nb = n / QK8_1;                                                                                \
+        __m512 acc = _mm512_setzero_ps();                                                                            \
+        float offsets = 0.0f;                                                                                        \
+        for (int64_t i = 0; i < nb; i += 2) {                                                                        \
+            bool pair = i + 1 < nb;                                                                                  \
+            __m512i qx = join(quants(&x[i]), pair ? quants(&x[i + 1]) : _mm256_setzero_si256());                     \
+            __m512i qy = join(q8_quants(y[i].qs), pair ? q8_quants(y[i + 1].qs) : _mm256_setzero_si256());           \
+            __m512 d = join_scales(scale_of(x[i].d, y[i].d), pair ? scale_of(x[i + 1].d, y[i + 1].d) : 0.0f);       \
+            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_u8_i8(qx, qy, vnni)), acc);                              \
+            offsets += kiln_half_to_float(x[i].m) * kiln_half_to_float(y[i].s);                                      \
+            if (pair) offsets += kiln_half_to_float(x[i + 1].m) * kiln_half_to_float(y[i + 1].s);                    \
+        }                                                                                                            \
+        return _mm512_reduce_add_ps(acc) + offsets;                                                                  \
+    }
+
+VEC_DOT_SYMMETRIC(vec_dot_q4_0_q8_0, block_q4_0, quants_q4_0)
+VEC_DOT_SYMMETRIC(vec_dot_q5_0_q8_0, block_q5_0, quants_q5_0)
+VEC_DOT_SYMMETRIC(vec_dot_q8_0_q8_0, block_q8_0, quants_q8_0)
+VEC_DOT_OFFSET(vec_dot_q4_1_q8_1, block_q4_1, quants_q4_1)
+VEC_DOT_OFFSET(vec_dot_q5_1_q8_1, block_q5_1, quants_q5_1)
+
+#define VEC_DOT_VARIANTS(name)                                                                                      \
+    static float name(int64_t n, const void *vx, const void *vy) { return name##_impl(n, vx, vy, false); }         \
+    static float name##_vnni(int64_t n, const void *vx, const void *vy) { return name##_impl(n, vx, vy, true); }
+
+VEC_DOT_VARIANTS(vec_dot_q4_0_q8_0)
+VEC_DOT_VARIANTS(vec_dot_q5_0_q8_0)
+VEC_DOT_VARIANTS(vec_dot_q8_0_q8_0)
+VEC_DOT_VARIANTS(vec_dot_q4_1_q8_1)
+VEC_DOT_VARIANTS(vec_dot_q5_1_q8_1)
+
+static const kiln_quant_entry ENTRIES[] = {
+    {KILN_TYPE_Q4_0, {dequantize_row_q4_0, NULL, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q4_1, {dequantize_row_q4_1, NULL, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q5_0, {dequantize_row_q5_0, NULL, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q5_1, {dequantize_row_q5_1, NULL, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, NULL, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, NULL, NULL, KILN_TYPE_Q8_1}},
+};
+
+/* Only the dot products change with VNNI; dequantize falls back to the plain AVX-512 family. */
+static const kiln_quant_entry VNNI_ENTRIES[] = {
+    {KILN_TYPE_Q4_0, {NULL, NULL, vec_dot_q4_0_q8_0_vnni, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q4_1, {NULL, NULL, vec_dot_q4_1_q8_1_vnni, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q5_0, {NULL, NULL, vec_dot_q5_0_q8_0_vnni, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q5_1, {NULL, NULL, vec_dot_q5_1_q8_1_vnni, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q8_0, {NULL, NULL, vec_dot_q8_0_q8_0_vnni, KILN_TYPE_Q8_0}},
+};
+
+const kiln_quant_family kiln_legacy_avx512_family = {
+    "legacy_avx512", KILN_LEVEL_AVX512, ENTRIES, (int)(sizeof ENTRIES / sizeof ENTRIES[0])};
+
+const kiln_quant_family kiln_legacy_avx512_vnni_family = {
+    "legacy_avx512_vnni", KILN_LEVEL_AVX512_VNNI, VNNI_ENTRIES, (int)(sizeof VNNI_ENTRIES / sizeof VNNI_ENTRIES[0])};
