@@ -1,0 +1,102 @@
+/* Attention over the F16 KV cache by split-K flash decoding: the positions a query token sees are cut into n_split
+ * slices; each block runs an online softmax over its slice (four warps take turns over positions, a lane owns
+ * head_dim/32 dims), and a second kernel merges the slices with their running maxima. Splitting keeps every SM
+ * busy when one token has few heads but a long context. Query token t of a batch sees positions 0..*d_pos + t, which
+ * makes the same kernels the causal attention of a prefill batch. */
+#include "cuda/cuda_common.cuh"
+#include "cuda/kernels.h"
+
+#define ATTN_WARPS 4
+
+/* part layout per (token, head, split): max, sum, then head_dim accumulators */
+template <int HD>
+__global__ void __launch_bounds__(32 * ATTN_WARPS)
+    attn_split_kernel(kiln_cuda_attn_args a, const float *q, const __half *k_cache, const __half *v_cache,
+                      const int32_t *d_pos, float *part) {
+    constexpr int D = HD / 32;
+    int head = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int n_pos = *d_pos + t + 1;
+    int chunk = (n_pos + a.n_split - 1) / a.n_split;
+    int begin = split * chunk, end = min(n_pos, begin + chunk);
+    int kvh = head / (a.n_head / a.n_head_kv);
+    const float *qh = q + ((int64_t)t * a.n_head + head) * HD;
+    const __half *kb = k_cache + (int64_t)kvh * a.n_ctx * HD;
+    const __half *vb = v_cache + (int64_t)kvh * a.n_ctx * HD;
+
+    float qr[D], acc[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) qr[d] = qh[lane * D + d], acc[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int p = begin + warp; p < end; p += ATTN_WARPS) {
+        const __half *kr = kb + (int64_t)p * HD + lane * D;
+        float s = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++) s += qr[d] * __half2float(kr[d]);
+        s = warp_sum(s);
+        float m_new = fmaxf(m, s);
+        float corr = expf(m - m_new), w = expf(s - m_new);
+        const __half *vr = vb + (int64_t)p * HD + lane * D;
+#pragma unroll
+        for (int d = 0; d < D; d++) acc[d] = acc[d] * corr + w * __half2float(vr[d]);
+        l = l * corr + w;
+        m = m_new;
+    }
+
+    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS], sacc[ATTN_WARPS][HD];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+    for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
+    __syncthreads();
+    float *out = part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; w++) mx = fmaxf(mx, sm[w]);
+    for (int d = threadIdx.x; d < HD; d += 32 * ATTN_WARPS) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; w++)
+            if (sm[w] > -INFINITY) v += sacc[w][d] * expf(sm[w] - mx);
+        out[2 + d] = v;
+    }
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int w = 0; w < ATTN_WARPS; w++)
+            if (sm[w] > -INFINITY) sum += sl[w] * expf(sm[w] - mx);
+        out[0] = mx, out[1] = sum;
+    }
+}
+
+__global__ void attn_merge_kernel(kiln_cuda_attn_args a, const float *part, float *out) {
+    int head = blockIdx.x, t = blockIdx.y;
+    int hd = a.head_dim;
+    const float *p = part + ((int64_t)t * a.n_head + head) * a.n_split * (hd + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < a.n_split; s++) mx = fmaxf(mx, p[s * (hd + 2)]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.0f, den = 0.0f;
+        for (int s = 0; s < a.n_split; s++) {
+            const float *ps = p + s * (hd + 2);
+            if (ps[0] == -INFINITY) continue; /* an empty slice */
+            float w = expf(ps[0] - mx);
+            num += ps[2 + d] * w;
+            den += ps[1] * w;
+        }
+        out[((int64_t)t * a.n_head + head) * hd + d] = num / den;
+    }
+}
+
+extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache,
+                                   const void *v_cache, const int32_t *d_pos, int n_tokens, float *part, float *out,
+                                   cudaStream_t stream) {
+    dim3 grid(a->n_head, a->n_split, n_tokens);
+    const __half *kc = (const __half *)k_cache, *vc = (const __half *)v_cache;
+    switch (a->head_dim) {
+    case 64: attn_split_kernel<64><<<grid, 32 * ATTN_WARPS, 0, stream>>>(*a, q, kc, vc, d_pos, part); break;
+    case 128: attn_split_kernel<128><<<grid, 32 * ATTN_WARPS, 0, stream>>>(*a, q, kc, vc, d_pos, part); break;
+    case 256: attn_split_kernel<256><<<grid, 32 * ATTN_WARPS, 0, stream>>>(*a, q, kc, vc, d_pos, part); break;
+    default: return -1;
+    }
+    attn_merge_kernel<<<dim3(a->n_head, n_tokens), a->head_dim, 0, stream>>>(*a, part, out);
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* The CUDA executor as the engine sees it: a second executor over the same model description (model/model.h).
+ * Every entry point exists in every build; a build without CUDA (or a machine without a GPU) answers -1 with a
+ * message saying so, so callers choose the device at run time with one code path.
+ *
+ * Life cycle: kiln_cuda_model_load uploads the weights once, in their file types. kiln_cuda_context_new allocates
+ * everything a sequence needs (KV cache in F16, activations, attention partials, the prefill staging buffer) once;
+ * nothing is allocated and nothing waits on the host per token afterwards. */
+#ifndef KILN_CUDA_CUDA_BACKEND_H
+#define KILN_CUDA_CUDA_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/error.h"
+
+typedef struct kiln_cuda_model kiln_cuda_model;
+typedef struct kiln_cuda_context kiln_cuda_context;
+
+/* 0 when a usable GPU is present, filling desc (name, memory, compute capability); -1 with the reason otherwise
+ * ("built without CUDA", "no CUDA device: ..."). desc may be NULL. */
+int kiln_cuda_probe(char *desc, size_t desc_size, kiln_error *err);
+
+/* Uploads every weight of m to the current GPU. m must outlive the result (shapes and names are read from it).
+ * A model that does not fit says how many bytes it needs and how many are free. */
+int kiln_cuda_model_load(const kiln_model *m, kiln_cuda_model **out, kiln_error *err);
+void kiln_cuda_model_free(kiln_cuda_model *cm);
+
+/* Device bytes the weights take. */
+uint64_t kiln_cuda_model_bytes(const kiln_cuda_model *cm);
+
+/* A sequence of at most n_ctx positions, evaluated in batches of at most n_batch tokens. */
+int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda_context **out, kiln_error *err);
+void kiln_cuda_context_free(kiln_cuda_context *ctx);
+
+/* Runs tokens[0..n) at positions pos..pos+n-1 (n of any size: split into batches inside). When logits is non-NULL
+ * it receives the last token's n_vocab logits. */
+int kiln_cuda_eval(kiln_cuda_context *ctx, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err);
+
+/* Greedy decoding on the device: feeds `token` at position pos, then each argmax back in, n_gen times; out receives
+ * the n_gen generated ids. One replay of the captured decode step per token; only the id crosses to the host. */
+int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int n_gen, int32_t *out,
+                              kiln_error *err);
+
+/* Whether decode steps replay a captured CUDA graph (false after a capture failure: eager launches). */
+bool kiln_cuda_context_uses_graph(const kiln_cuda_context *ctx);
+
+/* Device-to-device copy bandwidth in bytes per second (bytes read plus written), measured on a large buffer: the
+ * roofline that decode speed is compared with. */
+int kiln_cuda_measure_copy_bandwidth(double *bytes_per_s, kiln_error *err);
+
+#endif

@@ -1,0 +1,41 @@
+/* The CUDA entry points in a build without CUDA: each says so, so the CLI can fall back or report it. */
+#include "cuda/cuda_backend.h"
+
+static int no_cuda(kiln_error *err) { return kiln_fail(err, "kiln was built without CUDA (rebuild with nvcc present)"); }
+
+int kiln_cuda_probe(char *desc, size_t desc_size, kiln_error *err) {
+    if (desc && desc_size) desc[0] = '\0';
+    return no_cuda(err);
+}
+
+int kiln_cuda_model_load(const kiln_model *m, kiln_cuda_model **out, kiln_error *err) {
+    *out = NULL;
+    return no_cuda(err);
+}
+
+void kiln_cuda_model_free(kiln_cuda_model *cm) {}
+
+uint64_t kiln_cuda_model_bytes(const kiln_cuda_model *cm) { return 0; }
+
+int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda_context **out, kiln_error *err) {
+    *out = NULL;
+    return no_cuda(err);
+}
+
+void kiln_cuda_context_free(kiln_cuda_context *ctx) {}
+
+int kiln_cuda_eval(kiln_cuda_context *ctx, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err) {
+    return no_cuda(err);
+}
+
+int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int n_gen, int32_t *out,
+                              kiln_error *err) {
+    return no_cuda(err);
+}
+
+bool kiln_cuda_context_uses_graph(const kiln_cuda_context *ctx) { return false; }
+
+int kiln_cuda_measure_copy_bandwidth(double *bytes_per_s, kiln_error *err) {
+    *bytes_per_s = 0;
+    return no_cuda(err);
+}

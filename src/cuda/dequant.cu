@@ -1,0 +1,116 @@
+/* Dequantization on the device: embedding rows to F32 (token ids read from device memory, so the lookup can sit in a
+ * captured graph) and whole matrices to F16 for the prefill GEMMs. One thread per part of 32 weights. Also the two
+ * element-wise conversions the prefill path needs. */
+#include "cuda/cuda_common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/quant_unpack.cuh"
+
+template <class F>
+__device__ __forceinline__ void dequant_part(const uint8_t *row, int u, float out[32]) {
+    kpart p;
+    F::unpack(row + (size_t)(u / F::parts) * F::block_bytes, u % F::parts, p);
+#pragma unroll
+    for (int e = 0; e < 32; e++) out[e] = kpart_value(p, e);
+}
+
+template <kiln_type T>
+__device__ __forceinline__ float float_value(const uint8_t *row, int64_t i) {
+    if (T == KILN_TYPE_F32) return ((const float *)row)[i];
+    if (T == KILN_TYPE_F16) return __half2float(((const __half *)row)[i]);
+    return __uint_as_float((uint32_t)((const uint16_t *)row)[i] << 16);
+}
+
+template <class F>
+__global__ void get_rows_q_kernel(const uint8_t *w, size_t row_bytes, int k, const int32_t *tokens, float *dst) {
+    const uint8_t *row = w + row_bytes * tokens[blockIdx.x];
+    float *out = dst + (int64_t)blockIdx.x * k;
+    for (int u = threadIdx.x; u < k / 32; u += blockDim.x) {
+        float v[32];
+        dequant_part<F>(row, u, v);
+#pragma unroll
+        for (int e = 0; e < 32; e += 4) *(float4 *)(out + 32 * u + e) = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
+    }
+}
+
+template <kiln_type T>
+__global__ void get_rows_f_kernel(const uint8_t *w, size_t row_bytes, int k, const int32_t *tokens, float *dst) {
+    const uint8_t *row = w + row_bytes * tokens[blockIdx.x];
+    for (int i = threadIdx.x; i < k; i += blockDim.x) dst[(int64_t)blockIdx.x * k + i] = float_value<T>(row, i);
+}
+
+extern "C" int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_tokens, int n_tokens, float *dst,
+                                  cudaStream_t stream) {
+    if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
+    const uint8_t *w = (const uint8_t *)m->data;
+    switch (m->type) {
+#define X(id, F)                                                                                                       \
+    case id: get_rows_q_kernel<F><<<n_tokens, 128, 0, stream>>>(w, m->row_bytes, m->k, d_tokens, dst); return 0;
+        KILN_CUDA_QUANT_TYPES(X)
+#undef X
+#define X(id)                                                                                                          \
+    case id: get_rows_f_kernel<id><<<n_tokens, 256, 0, stream>>>(w, m->row_bytes, m->k, d_tokens, dst); return 0;
+        X(KILN_TYPE_F32) X(KILN_TYPE_F16) X(KILN_TYPE_BF16)
+#undef X
+    default: return -1;
+    }
+}
+
+template <class F>
+__global__ void dequant_f16_q_kernel(const uint8_t *w, size_t row_bytes, int k, int64_t n_parts, __half *dst) {
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n_parts) return;
+    int parts_per_row = k / 32;
+    int64_t row = g / parts_per_row;
+    int u = (int)(g % parts_per_row);
+    float v[32];
+    dequant_part<F>(w + row_bytes * row, u, v);
+    __half2 *out = (__half2 *)(dst + row * k + 32 * u);
+#pragma unroll
+    for (int e = 0; e < 16; e++) out[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+}
+
+template <kiln_type T>
+__global__ void dequant_f16_f_kernel(const uint8_t *w, size_t row_bytes, int k, int64_t n, __half *dst) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int64_t row = i / k;
+    dst[i] = __float2half(float_value<T>(w + row_bytes * row, i % k));
+}
+
+extern "C" int kiln_cuda_dequantize_f16(const kiln_cuda_matrix *m, void *dst_f16, cudaStream_t stream) {
+    if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
+    const uint8_t *w = (const uint8_t *)m->data;
+    __half *dst = (__half *)dst_f16;
+    int64_t n_parts = (int64_t)m->n * (m->k / 32), n = (int64_t)m->n * m->k;
+    switch (m->type) {
+#define X(id, F)                                                                                                       \
+    case id:                                                                                                           \
+        dequant_f16_q_kernel<F><<<div_up(n_parts, 128), 128, 0, stream>>>(w, m->row_bytes, m->k, n_parts, dst);      \
+        return 0;
+        KILN_CUDA_QUANT_TYPES(X)
+#undef X
+#define X(id)                                                                                                          \
+    case id: dequant_f16_f_kernel<id><<<div_up(n, 256), 256, 0, stream>>>(w, m->row_bytes, m->k, n, dst); return 0;
+        X(KILN_TYPE_F32) X(KILN_TYPE_F16) X(KILN_TYPE_BF16)
+#undef X
+    default: return -1;
+    }
+}
+
+__global__ void f32_to_f16_kernel(const float *x, __half *dst, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __float2half(x[i]);
+}
+
+extern "C" void kiln_cuda_f32_to_f16(const float *x, void *dst_f16, int64_t n, cudaStream_t stream) {
+    f32_to_f16_kernel<<<div_up(n, 256), 256, 0, stream>>>(x, (__half *)dst_f16, n);
+}
+
+__global__ void swiglu_kernel(const float *gate, const float *up, float *out, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = silu(gate[i]) * up[i];
+}
+
+extern "C" void kiln_cuda_swiglu(const float *gate, const float *up, float *out, int64_t n, cudaStream_t stream) {
+    swiglu_kernel<<<div_up(n, 256), 256, 0, stream>>>(gate, up, out, n);
+}

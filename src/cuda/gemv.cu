@@ -1,0 +1,171 @@
+/* Matrix-vector products for batch-1 decode, which is bound by reading the weights once: one warp per output row
+ * streams the row in parts of 32 weights, lane after lane over consecutive bytes, so each warp load is one
+ * contiguous run. Quantized rows are dotted with Q8_1 activations by int8 dp4a; float rows with F32 activations in
+ * 16-byte loads. The fused gate/up kernel reads both matrices in the same pass and applies SwiGLU. */
+#include "cuda/cuda_common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/quant_unpack.cuh"
+
+#define GEMV_ROWS_PER_BLOCK 4
+
+/* One Q8_1 block from the 32 values a warp holds, one per lane (the lanes' order is the elements' order). */
+__device__ __forceinline__ void quantize_warp(float v, q8_1_block *out) {
+    int lane = threadIdx.x & 31;
+    float amax = warp_max(fabsf(v));
+    float d = amax / 127.0f;
+    int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
+    int sum = warp_sum_int(q);
+    out->qs[lane] = (int8_t)q;
+    if (lane == 0) {
+        out->d = __float2half(d);
+        out->s = __float2half(d * (float)sum);
+    }
+}
+
+__global__ void quantize_q8_1_kernel(const float *x, q8_1_block *q, int64_t n_blocks) {
+    int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (b >= n_blocks) return; /* whole warps leave together: n_blocks is counted in warps */
+    quantize_warp(x[b * 32 + (threadIdx.x & 31)], q + b);
+}
+
+extern "C" void kiln_cuda_quantize_q8_1(const float *x, void *q, int k, int n_rows, cudaStream_t stream) {
+    int64_t n_blocks = (int64_t)n_rows * (k / 32);
+    quantize_q8_1_kernel<<<div_up(n_blocks * 32, 256), 256, 0, stream>>>(x, (q8_1_block *)q, n_blocks);
+}
+
+__device__ __forceinline__ void store_row(float *y, int row, float v, bool accumulate) {
+    y[row] = accumulate ? y[row] + v : v;
+}
+
+template <class F, bool SWIGLU>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK)
+    gemv_q_kernel(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, int n_parts, const q8_1_block *x,
+                  float *y, int n, bool accumulate) {
+    int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y;
+    if (row >= n) return;
+    const uint8_t *wr = w + row_bytes * row;
+    const uint8_t *ur = SWIGLU ? w_up + row_bytes * row : nullptr;
+    float a = 0.0f, b = 0.0f;
+    for (int u = threadIdx.x; u < n_parts; u += 32) {
+        int blk = u / F::parts, part = u % F::parts;
+        a += dot_part<F>(wr + (size_t)blk * F::block_bytes, part, x + u);
+        if (SWIGLU) b += dot_part<F>(ur + (size_t)blk * F::block_bytes, part, x + u);
+    }
+    a = warp_sum(a);
+    if (SWIGLU) b = warp_sum(b);
+    if (threadIdx.x == 0) {
+        if (SWIGLU) y[row] = silu(a) * b;
+        else store_row(y, row, a, accumulate);
+    }
+}
+
+/* Eight consecutive weights of a float row as F32: one 16-byte load for F16/BF16, two for F32. */
+template <kiln_type T>
+__device__ __forceinline__ void load8(const uint8_t *row, int i8, float v[8]) {
+    if (T == KILN_TYPE_F32) {
+        const float4 *p = (const float4 *)row + 2 * i8;
+        float4 a = p[0], b = p[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+        uint4 r = ((const uint4 *)row)[i8];
+        uint32_t words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (T == KILN_TYPE_F16) {
+                __half2 h = *(__half2 *)&words[i];
+                float2 f = __half22float2(h);
+                v[2 * i] = f.x, v[2 * i + 1] = f.y;
+            } else {
+                v[2 * i] = __uint_as_float(words[i] << 16);
+                v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+            }
+        }
+    }
+}
+
+template <kiln_type T>
+__device__ __forceinline__ float dot8(const uint8_t *row, int i8, const float *x) {
+    float w[8];
+    load8<T>(row, i8, w);
+    const float4 *xp = (const float4 *)x + 2 * i8;
+    float4 a = xp[0], b = xp[1];
+    return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
+}
+
+template <kiln_type T, bool SWIGLU>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK)
+    gemv_f_kernel(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, int k, const float *x, float *y, int n,
+                  bool accumulate) {
+    int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y;
+    if (row >= n) return;
+    const uint8_t *wr = w + row_bytes * row;
+    const uint8_t *ur = SWIGLU ? w_up + row_bytes * row : nullptr;
+    float a = 0.0f, b = 0.0f;
+    for (int i8 = threadIdx.x; i8 < k / 8; i8 += 32) {
+        a += dot8<T>(wr, i8, x);
+        if (SWIGLU) b += dot8<T>(ur, i8, x);
+    }
+    a = warp_sum(a);
+    if (SWIGLU) b = warp_sum(b);
+    if (threadIdx.x == 0) {
+        if (SWIGLU) y[row] = silu(a) * b;
+        else store_row(y, row, a, accumulate);
+    }
+}
+
+static int block_elems(kiln_type t) {
+    switch (t) {
+    case KILN_TYPE_F32: case KILN_TYPE_F16: case KILN_TYPE_BF16: return 8;
+#define X(id, F) case id: return 32 * F::parts;
+        KILN_CUDA_QUANT_TYPES(X)
+#undef X
+    default: return 0;
+    }
+}
+
+extern "C" bool kiln_cuda_type_supported(kiln_type type, int k) {
+    int b = block_elems(type);
+    return b > 0 && k > 0 && k % b == 0;
+}
+
+extern "C" bool kiln_cuda_type_uses_q8_1(kiln_type type) {
+    return kiln_cuda_type_supported(type, 256) && type != KILN_TYPE_F32 && type != KILN_TYPE_F16 &&
+           type != KILN_TYPE_BF16;
+}
+
+template <bool SWIGLU>
+static int launch_gemv(const kiln_cuda_matrix *m, const uint8_t *w_up, const void *xq, const float *xf, float *y,
+                       bool accumulate, cudaStream_t stream) {
+    dim3 block(32, GEMV_ROWS_PER_BLOCK);
+    int grid = div_up(m->n, GEMV_ROWS_PER_BLOCK);
+    const uint8_t *w = (const uint8_t *)m->data;
+    const q8_1_block *x = (const q8_1_block *)xq;
+    int n_parts = m->k / 32;
+    if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
+    switch (m->type) {
+#define X(id, F)                                                                                                       \
+    case id:                                                                                                           \
+        gemv_q_kernel<F, SWIGLU><<<grid, block, 0, stream>>>(w, w_up, m->row_bytes, n_parts, x, y, m->n, accumulate); \
+        return 0;
+        KILN_CUDA_QUANT_TYPES(X)
+#undef X
+#define X(id)                                                                                                          \
+    case id:                                                                                                           \
+        gemv_f_kernel<id, SWIGLU><<<grid, block, 0, stream>>>(w, w_up, m->row_bytes, m->k, xf, y, m->n, accumulate);  \
+        return 0;
+        X(KILN_TYPE_F32) X(KILN_TYPE_F16) X(KILN_TYPE_BF16)
+#undef X
+    default: return -1;
+    }
+}
+
+extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
+                              cudaStream_t stream) {
+    return launch_gemv<false>(m, nullptr, xq, xf, y, accumulate, stream);
+}
+
+extern "C" int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
+                                     const float *xf, float *y, cudaStream_t stream) {
+    if (gate->type != up->type || gate->k != up->k || gate->n != up->n || gate->row_bytes != up->row_bytes) return -1;
+    return launch_gemv<true>(gate, (const uint8_t *)up->data, xq, xf, y, false, stream);
+}

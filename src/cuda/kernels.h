@@ -1,0 +1,108 @@
+/* Launchers of the CUDA kernels, callable from C (the executor and the tests). Each family lives in its own .cu
+ * file. Pointers are device pointers; every launcher only enqueues work on `stream` (no allocation, no host sync),
+ * so a whole decode step can be captured into a CUDA graph. Positions come from device memory (`d_pos`) for the
+ * same reason: a replayed graph reads the current position instead of baking one in.
+ *
+ * Activations for quantized weights are Q8_1 blocks of 32 (block_q8_1), quantized once per input vector and reused
+ * by every matrix that reads it (Q/K/V, gate/up). A matrix part of 32 weights pairs with one Q8_1 block. */
+#ifndef KILN_CUDA_KERNELS_H
+#define KILN_CUDA_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "quant/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A weight matrix on the device: n rows of k elements each, rows row_bytes apart, in the file's type. */
+typedef struct kiln_cuda_matrix {
+    const void *data;
+    kiln_type type;
+    int k;
+    int n;
+    size_t row_bytes;
+} kiln_cuda_matrix;
+
+/* Whether the GEMV and dequantize kernels handle a type with rows of k elements (k a multiple of the block, and
+ * of 8 for float types). */
+bool kiln_cuda_type_supported(kiln_type type, int k);
+
+/* Whether a type's GEMV reads Q8_1 activations (quantized types) rather than F32 ones (F32, F16, BF16). */
+bool kiln_cuda_type_uses_q8_1(kiln_type type);
+
+/* x: n_rows rows of k floats (k a multiple of 32) -> q: n_rows * k/32 block_q8_1. */
+void kiln_cuda_quantize_q8_1(const float *x, void *q, int k, int n_rows, cudaStream_t stream);
+
+/* y[r] = dot(row r of m, x) for r < m->n, or y[r] += ... when accumulate (the residual add for free).
+ * xq: Q8_1 activations (quantized types), xf: F32 activations (float types); the other may be NULL. */
+int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
+                   cudaStream_t stream);
+
+/* y[r] = silu(dot(gate row r, x)) * dot(up row r, x): the FFN's first half in one pass over both matrices.
+ * gate and up must have the same type and shape. */
+int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq, const float *xf,
+                          float *y, cudaStream_t stream);
+
+/* dst[t] = row tokens[t] of m dequantized to F32 (the embedding lookup); token ids read from device memory. */
+int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_tokens, int n_tokens, float *dst,
+                       cudaStream_t stream);
+
+/* Rows [0, m->n) of m dequantized to F16, row-major, k halves per row (prefill: tiles for tensor-core GEMMs). */
+int kiln_cuda_dequantize_f16(const kiln_cuda_matrix *m, void *dst_f16, cudaStream_t stream);
+
+/* n floats -> n halves. */
+void kiln_cuda_f32_to_f16(const float *x, void *dst_f16, int64_t n, cudaStream_t stream);
+
+/* out = silu(gate) * up, n elements (the prefill path, after two GEMMs). */
+void kiln_cuda_swiglu(const float *gate, const float *up, float *out, int64_t n, cudaStream_t stream);
+
+/* For each of n_rows rows of n: if residual, x += residual first (stored back into x); then
+ * out = x / sqrt(mean(x^2) + eps) * w. When out_q is non-NULL the normed row is also quantized to Q8_1 (n a
+ * multiple of 32), saving a launch before the next GEMV. */
+void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n, int n_rows,
+                       float eps, cudaStream_t stream);
+
+/* The attention input stage for n_tokens tokens at positions *d_pos + t: adds the optional biases to q, k, v,
+ * rotates the first rope_dim dims of each q and k head by pos * freq[i] (pairs (2i, 2i+1) for normal rope, (i,
+ * i + rope_dim/2) for NeoX), scales q by q_scale, and stores k and v as F16 into the cache rows at their positions.
+ * q: [n_tokens][n_head * head_dim] (rotated in place), k, v: [n_tokens][n_head_kv * head_dim].
+ * k_cache, v_cache: [n_head_kv][n_ctx][head_dim] halves. freq: rope_dim/2 floats on the device. */
+typedef struct kiln_cuda_rope_args {
+    int n_head, n_head_kv, head_dim, rope_dim, n_ctx;
+    bool neox;
+    float q_scale;
+    const float *freq;
+} kiln_cuda_rope_args;
+
+void kiln_cuda_rope_store(const kiln_cuda_rope_args *a, float *q, const float *k, const float *v, const float *bq,
+                          const float *bk, const float *bv, void *k_cache, void *v_cache, const int32_t *d_pos,
+                          int n_tokens, cudaStream_t stream);
+
+/* Attention of n_tokens query tokens (already scaled and rotated), token t seeing cache positions 0..*d_pos + t:
+ * split-K flash decoding. Each of n_split blocks per (head, token) runs an online softmax over its slice of the
+ * positions into part (n_tokens * n_head * n_split * (head_dim + 2) floats), then a second kernel merges the
+ * slices into out [n_tokens][n_head * head_dim]. head_dim must be 64, 128 or 256. */
+typedef struct kiln_cuda_attn_args {
+    int n_head, n_head_kv, head_dim, n_ctx, n_split;
+} kiln_cuda_attn_args;
+
+int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,
+                        const int32_t *d_pos, int n_tokens, float *part, float *out, cudaStream_t stream);
+
+/* d_out[0] = index of the largest of x[0..n) (the lowest index among equals). */
+void kiln_cuda_argmax(const float *x, int n, int32_t *d_out, cudaStream_t stream);
+
+/* *d_pos += delta on the device (the last node of a captured decode step). */
+void kiln_cuda_advance_pos(int32_t *d_pos, int delta, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

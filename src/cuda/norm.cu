@@ -1,0 +1,46 @@
+/* RMSNorm, one block per row, with the residual add folded in (x += residual, then norm) and, optionally, the Q8_1
+ * quantization of the result that the next GEMV reads: one pass instead of three launches. */
+#include "cuda/cuda_common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/quant_unpack.cuh"
+
+#define NORM_THREADS 256
+
+__global__ void __launch_bounds__(NORM_THREADS)
+    rmsnorm_kernel(float *x, const float *residual, const float *w, float *out, q8_1_block *out_q, int n, float eps) {
+    int64_t base = (int64_t)blockIdx.x * n;
+    float *xr = x + base;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += NORM_THREADS) {
+        float v = xr[i];
+        if (residual) {
+            v += residual[base + i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    float scale = rsqrtf(block_sum(ss) / (float)n + eps);
+    /* a warp covers 32 consecutive elements per step: exactly one Q8_1 block */
+    for (int i0 = 0; i0 < n; i0 += NORM_THREADS) {
+        int i = i0 + threadIdx.x;
+        float v = i < n ? xr[i] * scale * w[i] : 0.0f;
+        if (i < n) out[base + i] = v;
+        if (out_q && i0 + (threadIdx.x & ~31) < n) {
+            float amax = warp_max(fabsf(v));
+            float d = amax / 127.0f;
+            int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
+            int sum = warp_sum_int(q);
+            q8_1_block *b = out_q + (base + i0 + (threadIdx.x & ~31)) / 32;
+            b->qs[threadIdx.x & 31] = (int8_t)q;
+            if ((threadIdx.x & 31) == 0) {
+                b->d = __float2half(d);
+                b->s = __float2half(d * (float)sum);
+            }
+        }
+    }
+}
+
+extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n,
+                                  int n_rows, float eps, cudaStream_t stream) {
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, residual, w, out, (q8_1_block *)out_q, n, eps);
+}

@@ -1,0 +1,346 @@
+/* The CUDA kernels against CPU references on fresh random data: GEMV per weight type (and its fused SwiGLU form)
+ * against src/quant's scalar dequantize, Q8_1 quantization, embedding lookup and F16 dequantization, RMSNorm with the
+ * residual add, RoPE with bias and the KV store, split-K attention, argmax. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cuda/kernels.h"
+#include "gpu_test.h"
+#include "quant/quant.h"
+#include "util/half.h"
+
+#define SKIP_WITHOUT_GPU()                                                                                             \
+    do {                                                                                                               \
+        if (!gpu_present()) skip();                                                                                    \
+        rng_seed();                                                                                                    \
+    } while (0)
+
+typedef struct q8_1 {
+    kiln_half d, s;
+    int8_t qs[32];
+} q8_1;
+
+/* The activations the GPU quantized, back as floats: the exact input its integer dot products saw. */
+static void dequant_q8_1(const q8_1 *q, int k, float *out) {
+    for (int b = 0; b < k / 32; b++)
+        for (int i = 0; i < 32; i++) out[32 * b + i] = kiln_half_to_float(q[b].d) * (float)q[b].qs[i];
+}
+
+static void test_quantize_q8_1(void **state) {
+    SKIP_WITHOUT_GPU();
+    const int k = 4096, rows = 3;
+    float *x = malloc(sizeof(float) * k * rows), *back = malloc(sizeof(float) * k * rows);
+    q8_1 *q = malloc(sizeof(q8_1) * k / 32 * rows);
+    rng_fill(x, (size_t)k * rows, 3.0f);
+    float *dx = gpu_upload(x, sizeof(float) * k * rows);
+    void *dq = gpu_alloc(sizeof(q8_1) * k / 32 * rows);
+    kiln_cuda_quantize_q8_1(dx, dq, k, rows, 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(q, dq, sizeof(q8_1) * k / 32 * rows, cudaMemcpyDeviceToHost));
+    dequant_q8_1(q, k * rows, back);
+    for (int b = 0; b < k * rows / 32; b++) {
+        float amax = 0, d = kiln_half_to_float(q[b].d);
+        int sum = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i])), sum += q[b].qs[i];
+        /* each value within half a step of d (plus the rounding of d to half precision) */
+        for (int i = 0; i < 32; i++) assert_true(fabsf(back[32 * b + i] - x[32 * b + i]) <= 0.5f * d + amax * 2e-3f);
+        assert_true(fabsf(kiln_half_to_float(q[b].s) - d * sum) <= 1e-3f * fabsf(d * sum) + 1e-3f);
+    }
+    free(x), free(back), free(q);
+    gpu_free_all();
+}
+
+/* Random rows of a type: random floats through the CPU's reference quantizer, so every block is a valid one. */
+static uint8_t *random_rows(kiln_type type, int k, int n, float **deq) {
+    const kiln_quant_ops *ops = kiln_quant_ops_get(type, KILN_ISA_SCALAR);
+    size_t rb = kiln_row_size(type, k);
+    uint8_t *w = malloc(rb * n);
+    float *src = malloc(sizeof(float) * k);
+    *deq = malloc(sizeof(float) * k * n);
+    for (int r = 0; r < n; r++) {
+        rng_fill(src, k, 1.0f);
+        ops->quantize(src, w + rb * r, k);
+        ops->dequantize(w + rb * r, *deq + (size_t)k * r, k);
+    }
+    free(src);
+    return w;
+}
+
+static bool has_reference(kiln_type type) {
+    const kiln_quant_ops *ops = kiln_quant_ops_get(type, KILN_ISA_SCALAR);
+    if (ops && ops->quantize && ops->dequantize) return true;
+    fprintf(stderr, "%s: no CPU reference quantizer yet, skipped\n", kiln_type_name(type));
+    return false;
+}
+
+/* y = W x with x as the GPU sees it (Q8_1 for quantized types): only summation order differs from the double
+ * reference, so the bound is tight; the error against the unquantized x is printed for the record. */
+static void check_gemv(kiln_type type, bool swiglu) {
+    const int k = 1024, n = 301; /* n not a multiple of the rows per block */
+    float *deq, *deq_up = NULL;
+    uint8_t *w = random_rows(type, k, n, &deq), *w_up = swiglu ? random_rows(type, k, n, &deq_up) : NULL;
+    size_t rb = kiln_row_size(type, k);
+    float *x = malloc(sizeof(float) * k), *xs = malloc(sizeof(float) * k), *y = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n), *ref_exact = malloc(sizeof(double) * n);
+    q8_1 *q = malloc(sizeof(q8_1) * k / 32);
+    rng_fill(x, k, 1.0f);
+    float *dx = gpu_upload(x, sizeof(float) * k), *dy = gpu_alloc(sizeof(float) * n);
+    void *dq = gpu_alloc(sizeof(q8_1) * k / 32);
+    kiln_cuda_matrix m = {gpu_upload(w, rb * n), type, k, n, rb}, mu = m;
+    if (swiglu) mu.data = gpu_upload(w_up, rb * n);
+    bool quantized = kiln_cuda_type_uses_q8_1(type);
+    if (quantized) kiln_cuda_quantize_q8_1(dx, dq, k, 1, 0);
+    int rc = swiglu ? kiln_cuda_gemv_swiglu(&m, &mu, dq, dx, dy, 0) : kiln_cuda_gemv(&m, dq, dx, dy, false, 0);
+    assert_int_equal(rc, 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(y, dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    if (quantized) {
+        CUDA_OK(cudaMemcpy(q, dq, sizeof(q8_1) * k / 32, cudaMemcpyDeviceToHost));
+        dequant_q8_1(q, k, xs);
+    } else {
+        memcpy(xs, x, sizeof(float) * k);
+    }
+    for (int r = 0; r < n; r++) {
+        double a = 0, b = 0, ae = 0, be = 0;
+        for (int i = 0; i < k; i++) {
+            a += (double)deq[(size_t)r * k + i] * xs[i], ae += (double)deq[(size_t)r * k + i] * x[i];
+            if (swiglu) b += (double)deq_up[(size_t)r * k + i] * xs[i], be += (double)deq_up[(size_t)r * k + i] * x[i];
+        }
+        ref[r] = swiglu ? a / (1 + exp(-a)) * b : a;
+        ref_exact[r] = swiglu ? ae / (1 + exp(-ae)) * be : ae;
+    }
+    double e = rel_err(y, ref, n), e_exact = rel_err(y, ref_exact, n);
+    fprintf(stderr, "gemv%s %-5s rel err %.2e (vs unquantized activations %.2e)\n", swiglu ? "+swiglu" : "",
+            kiln_type_name(type), e, e_exact);
+    assert_true(e < 1e-5);
+    assert_true(e_exact < (quantized ? 3e-2 : 1e-5));
+    free(deq), free(deq_up), free(w), free(w_up), free(x), free(xs), free(y), free(ref), free(ref_exact), free(q);
+    gpu_free_all();
+}
+
+/* Embedding rows and F16 tiles against the CPU's dequantized rows. */
+static void check_dequant(kiln_type type) {
+    const int k = 512, n = 40, n_tok = 5;
+    float *deq;
+    uint8_t *w = random_rows(type, k, n, &deq);
+    size_t rb = kiln_row_size(type, k);
+    kiln_cuda_matrix m = {gpu_upload(w, rb * n), type, k, n, rb};
+    int32_t tokens[5] = {7, 0, 39, 7, 21};
+    int32_t *dt = gpu_upload(tokens, sizeof tokens);
+    float *drows = gpu_alloc(sizeof(float) * k * n_tok), *rows = malloc(sizeof(float) * k * n_tok);
+    void *dh = gpu_alloc(2 * (size_t)k * n);
+    kiln_half *h = malloc(2 * (size_t)k * n);
+    assert_int_equal(kiln_cuda_get_rows(&m, dt, n_tok, drows, 0), 0);
+    assert_int_equal(kiln_cuda_dequantize_f16(&m, dh, 0), 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(rows, drows, sizeof(float) * k * n_tok, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h, dh, 2 * (size_t)k * n, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < k; i++) {
+            float want = deq[(size_t)tokens[t] * k + i], got = rows[(size_t)t * k + i];
+            if (fabsf(got - want) > 1e-6f * fabsf(want) + 1e-30f)
+                fail_msg("%s get_rows token %d elem %d: %g, want %g", kiln_type_name(type), tokens[t], i, got, want);
+        }
+    for (size_t i = 0; i < (size_t)k * n; i++) {
+        float want = kiln_half_to_float(kiln_float_to_half(deq[i])), got = kiln_half_to_float(h[i]);
+        if (got != want && fabsf(got - want) > 1e-3f * fabsf(want))
+            fail_msg("%s f16 elem %zu: %g, want %g", kiln_type_name(type), i, got, want);
+    }
+    free(deq), free(w), free(rows), free(h);
+    gpu_free_all();
+}
+
+static void test_type(void **state) {
+    SKIP_WITHOUT_GPU();
+    kiln_type type = (kiln_type)(intptr_t)*state;
+    if (!has_reference(type)) skip();
+    check_gemv(type, false);
+    check_gemv(type, true);
+    check_dequant(type);
+}
+
+static void test_rmsnorm(void **state) {
+    SKIP_WITHOUT_GPU();
+    const int n = 576, rows = 3;
+    size_t bytes = sizeof(float) * n * rows;
+    float *x = malloc(bytes), *res = malloc(bytes), *w = malloc(sizeof(float) * n), *out = malloc(bytes),
+          *xo = malloc(bytes), *qb = malloc(bytes);
+    double *ref = malloc(sizeof(double) * n * rows), *ref_x = malloc(sizeof(double) * n * rows);
+    q8_1 *q = malloc(sizeof(q8_1) * n / 32 * rows);
+    rng_fill(x, (size_t)n * rows, 2.0f), rng_fill(res, (size_t)n * rows, 1.0f), rng_fill(w, n, 1.5f);
+    float *dx = gpu_upload(x, bytes), *dr = gpu_upload(res, bytes), *dw = gpu_upload(w, sizeof(float) * n);
+    float *dout = gpu_alloc(bytes);
+    void *dq = gpu_alloc(sizeof(q8_1) * n / 32 * rows);
+    kiln_cuda_rmsnorm(dx, dr, dw, dout, dq, n, rows, 1e-5f, 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(out, dout, bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(xo, dx, bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(q, dq, sizeof(q8_1) * n / 32 * rows, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) {
+            ref_x[r * n + i] = (double)x[r * n + i] + res[r * n + i];
+            ss += ref_x[r * n + i] * ref_x[r * n + i];
+        }
+        double scale = 1.0 / sqrt(ss / n + 1e-5);
+        for (int i = 0; i < n; i++) ref[r * n + i] = ref_x[r * n + i] * scale * w[i];
+    }
+    dequant_q8_1(q, n * rows, qb);
+    assert_true(rel_err(xo, ref_x, (size_t)n * rows) < 1e-6);
+    assert_true(rel_err(out, ref, (size_t)n * rows) < 1e-5);
+    assert_true(rel_err(qb, ref, (size_t)n * rows) < 1e-2);
+    free(x), free(res), free(w), free(out), free(xo), free(qb), free(ref), free(ref_x), free(q);
+    gpu_free_all();
+}
+
+/* Rope with biases on q and k (and a bias on v), NeoX and normal pairing, a partial rope_dim, several tokens. */
+static void check_rope(bool neox) {
+    kiln_cuda_rope_args a = {.n_head = 4, .n_head_kv = 2, .head_dim = 64, .rope_dim = 48, .n_ctx = 32, .neox = neox,
+                             .q_scale = 0.125f};
+    const int T = 3, pos0 = 17, qd = a.n_head * a.head_dim, kvd = a.n_head_kv * a.head_dim;
+    float freq[32], *q = malloc(sizeof(float) * T * qd), *k = malloc(sizeof(float) * T * kvd),
+                    *v = malloc(sizeof(float) * T * kvd), bq[256], bk[128], bv[128];
+    for (int i = 0; i < a.rope_dim / 2; i++) freq[i] = powf(10000.0f, -2.0f * i / a.rope_dim);
+    rng_fill(q, (size_t)T * qd, 1), rng_fill(k, (size_t)T * kvd, 1), rng_fill(v, (size_t)T * kvd, 1);
+    rng_fill(bq, qd, 0.5f), rng_fill(bk, kvd, 0.5f), rng_fill(bv, kvd, 0.5f);
+    a.freq = gpu_upload(freq, sizeof freq);
+    float *dq = gpu_upload(q, sizeof(float) * T * qd), *dk = gpu_upload(k, sizeof(float) * T * kvd);
+    float *dv = gpu_upload(v, sizeof(float) * T * kvd);
+    size_t cache_bytes = 2 * (size_t)kvd * a.n_ctx;
+    void *kc = gpu_alloc(cache_bytes), *vc = gpu_alloc(cache_bytes);
+    int32_t pos = pos0, *dpos = gpu_upload(&pos, sizeof pos);
+    kiln_cuda_rope_store(&a, dq, dk, dv, gpu_upload(bq, sizeof bq), gpu_upload(bk, sizeof bk),
+                         gpu_upload(bv, sizeof bv), kc, vc, dpos, T, 0);
+    CUDA_SYNC();
+    float *qo = malloc(sizeof(float) * T * qd), *ko = malloc(sizeof(float) * T * kvd), *vo = malloc(sizeof(float) * T * kvd);
+    double *qr = malloc(sizeof(double) * T * qd), *kr = malloc(sizeof(double) * T * kvd), *vr = malloc(sizeof(double) * T * kvd);
+    kiln_half *kh = malloc(cache_bytes), *vh = malloc(cache_bytes);
+    CUDA_OK(cudaMemcpy(qo, dq, sizeof(float) * T * qd, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(kh, kc, cache_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(vh, vc, cache_bytes, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < a.n_head + a.n_head_kv; h++) {
+            bool is_q = h < a.n_head;
+            int off = (is_q ? h : h - a.n_head) * a.head_dim;
+            const float *src = is_q ? q + t * qd + off : k + t * kvd + off, *b = is_q ? bq + off : bk + off;
+            double *dst = is_q ? qr + t * qd + off : kr + t * kvd + off;
+            for (int i = 0; i < a.head_dim; i++) dst[i] = (double)src[i] + b[i];
+            for (int i = 0; i < a.rope_dim / 2; i++) {
+                int i0 = neox ? i : 2 * i, i1 = neox ? i + a.rope_dim / 2 : 2 * i + 1;
+                double ang = (double)((float)(pos0 + t) * freq[i]), x0 = dst[i0], x1 = dst[i1];
+                dst[i0] = x0 * cos(ang) - x1 * sin(ang), dst[i1] = x0 * sin(ang) + x1 * cos(ang);
+            }
+            if (is_q)
+                for (int i = 0; i < a.head_dim; i++) dst[i] *= a.q_scale;
+        }
+        for (int i = 0; i < kvd; i++) vr[t * kvd + i] = (double)v[t * kvd + i] + bv[i];
+        for (int h = 0; h < a.n_head_kv; h++)
+            for (int i = 0; i < a.head_dim; i++) {
+                size_t c = ((size_t)h * a.n_ctx + pos0 + t) * a.head_dim + i;
+                ko[t * kvd + h * a.head_dim + i] = kiln_half_to_float(kh[c]);
+                vo[t * kvd + h * a.head_dim + i] = kiln_half_to_float(vh[c]);
+            }
+    }
+    assert_true(rel_err(qo, qr, (size_t)T * qd) < 1e-5);
+    assert_true(rel_err(ko, kr, (size_t)T * kvd) < 1e-3); /* F16 storage */
+    assert_true(rel_err(vo, vr, (size_t)T * kvd) < 1e-3);
+    free(q), free(k), free(v), free(qo), free(ko), free(vo), free(qr), free(kr), free(vr), free(kh), free(vh);
+    gpu_free_all();
+}
+
+static void test_rope(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_rope(false);
+    check_rope(true);
+}
+
+/* Attention of T query tokens over a random F16 cache, against a double softmax over the same halves. */
+static void check_attention(int head_dim, int n_split, int pos0, int T) {
+    kiln_cuda_attn_args a = {.n_head = 8, .n_head_kv = 2, .head_dim = head_dim, .n_ctx = 640, .n_split = n_split};
+    const int qd = a.n_head * head_dim;
+    size_t cache_n = (size_t)a.n_head_kv * a.n_ctx * head_dim;
+    kiln_half *kh = malloc(2 * cache_n), *vh = malloc(2 * cache_n);
+    for (size_t i = 0; i < cache_n; i++) kh[i] = kiln_float_to_half(rng_uniform()), vh[i] = kiln_float_to_half(rng_uniform());
+    float *q = malloc(sizeof(float) * T * qd), *out = malloc(sizeof(float) * T * qd);
+    double *ref = malloc(sizeof(double) * T * qd), *sc = malloc(sizeof(double) * a.n_ctx);
+    rng_fill(q, (size_t)T * qd, 0.3f);
+    int32_t pos = pos0;
+    float *dpart = gpu_alloc(sizeof(float) * T * a.n_head * n_split * (head_dim + 2)), *dout = gpu_alloc(sizeof(float) * T * qd);
+    int rc = kiln_cuda_attention(&a, gpu_upload(q, sizeof(float) * T * qd), gpu_upload(kh, 2 * cache_n),
+                                 gpu_upload(vh, 2 * cache_n), gpu_upload(&pos, sizeof pos), T, dpart, dout, 0);
+    assert_int_equal(rc, 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(out, dout, sizeof(float) * T * qd, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < a.n_head; h++) {
+            int kvh = h / (a.n_head / a.n_head_kv), n_pos = pos0 + t + 1;
+            const kiln_half *kb = kh + (size_t)kvh * a.n_ctx * head_dim, *vb = vh + (size_t)kvh * a.n_ctx * head_dim;
+            double mx = -INFINITY, sum = 0;
+            for (int p = 0; p < n_pos; p++) {
+                double s = 0;
+                for (int d = 0; d < head_dim; d++) s += (double)q[(size_t)t * qd + h * head_dim + d] * kiln_half_to_float(kb[(size_t)p * head_dim + d]);
+                sc[p] = s, mx = fmax(mx, s);
+            }
+            for (int p = 0; p < n_pos; p++) sc[p] = exp(sc[p] - mx), sum += sc[p];
+            for (int d = 0; d < head_dim; d++) {
+                double o = 0;
+                for (int p = 0; p < n_pos; p++) o += sc[p] * kiln_half_to_float(vb[(size_t)p * head_dim + d]);
+                ref[(size_t)t * qd + h * head_dim + d] = o / sum;
+            }
+        }
+    double e = rel_err(out, ref, (size_t)T * qd);
+    fprintf(stderr, "attention hd %d split %d pos %d T %d: rel err %.2e\n", head_dim, n_split, pos0, T, e);
+    assert_true(e < 1e-5);
+    free(kh), free(vh), free(q), free(out), free(ref), free(sc);
+    gpu_free_all();
+}
+
+static void test_attention(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_attention(64, 1, 0, 1);    /* a single position */
+    check_attention(64, 16, 5, 1);   /* more slices than positions: empty slices */
+    check_attention(128, 16, 600, 1);
+    check_attention(128, 7, 300, 4); /* a causal batch */
+    check_attention(256, 3, 100, 2);
+}
+
+static void test_argmax(void **state) {
+    SKIP_WITHOUT_GPU();
+    const int n = 49153;
+    float *x = malloc(sizeof(float) * n);
+    for (int round = 0; round < 3; round++) {
+        rng_fill(x, n, 10.0f);
+        int want = (int)((rng_uniform() + 1.0f) * 0.5f * (n - 1));
+        x[want] = 11.0f;
+        if (round == 2) x[n - 1] = 11.0f; /* a tie: the lower index wins */
+        int32_t got = -1, *dout = gpu_alloc(sizeof(int32_t));
+        kiln_cuda_argmax(gpu_upload(x, sizeof(float) * n), n, dout, 0);
+        CUDA_SYNC();
+        CUDA_OK(cudaMemcpy(&got, dout, sizeof got, cudaMemcpyDeviceToHost));
+        assert_int_equal(got, want);
+        gpu_free_all();
+    }
+    free(x);
+}
+
+#define TYPE_TEST(t) cmocka_unit_test_prestate(test_type, (void *)(intptr_t)(t))
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quantize_q8_1),
+        TYPE_TEST(KILN_TYPE_F32),  TYPE_TEST(KILN_TYPE_F16),  TYPE_TEST(KILN_TYPE_BF16), TYPE_TEST(KILN_TYPE_Q4_0),
+        TYPE_TEST(KILN_TYPE_Q4_1), TYPE_TEST(KILN_TYPE_Q5_0), TYPE_TEST(KILN_TYPE_Q5_1), TYPE_TEST(KILN_TYPE_Q8_0),
+        TYPE_TEST(KILN_TYPE_Q2_K), TYPE_TEST(KILN_TYPE_Q3_K), TYPE_TEST(KILN_TYPE_Q4_K), TYPE_TEST(KILN_TYPE_Q5_K),
+        TYPE_TEST(KILN_TYPE_Q6_K),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_argmax),
+    };
+    return cmocka_run_group_tests_name("cuda_kernels", tests, NULL, NULL);
+}
