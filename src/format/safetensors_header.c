@@ -72,7 +72,7 @@ static int parse_entry(const char *name, json_t *info, kiln_st_entry *e, const c
     if (dtype_from_name(json_string_value(dtype), &e->type))
         return kiln_fail(err, "%s: tensor %s: dtype %s is not supported (F32, F16 and BF16 are)", what, name,
                          json_string_value(dtype));
-    uint64_t n_elem;
+    uint64_t n_elem = 0;
     if (parse_shape(json_object_get(info, "shape"), e, what, &n_elem, err)) return -1;
     if (parse_offsets(json_object_get(info, "data_offsets"), e, what, data_start, data_size, err)) return -1;
     uint64_t want = n_elem * kiln_type_get(e->type)->type_size;
