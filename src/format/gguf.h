@@ -98,4 +98,39 @@ const kiln_gguf_value *kiln_gguf_get_arr(const kiln_gguf *g, const char *key, ki
 const kiln_gguf_tensor *kiln_gguf_find_tensor(const kiln_gguf *g, const char *name);
 int64_t kiln_tensor_nelements(const kiln_gguf_tensor *t);
 
+/* Opens GGUF bytes already in memory (they must outlive the container); name stands for the file in errors. */
+int kiln_gguf_open_memory(const void *data, size_t size, const char *name, kiln_gguf **out, kiln_error *err);
+
+/* Limits the reader enforces beyond the file's own size. */
+#define KILN_GGUF_MAX_STRING (1ull << 30)
+#define KILN_GGUF_MAX_KEY 65535
+#define KILN_GGUF_MAX_TENSOR_NAME 1024
+#define KILN_GGUF_MAX_ARRAY_DEPTH 8
+#define KILN_GGUF_DEFAULT_ALIGNMENT 32
+
+/* Size in bytes of one element of a number type (UINT8..FLOAT64, BOOL); 0 for STRING and ARRAY. */
+size_t kiln_gguf_vtype_size(kiln_gguf_vtype t);
+/* "u32", "string", "array", ...; "invalid" for ids outside the enum. */
+const char *kiln_gguf_vtype_name(uint32_t t);
+
+/* Building a container (the GGUF reader and the safetensors translator both do it this way):
+ * kiln_gguf_new makes an empty one; every other piece of storage comes from kiln_gguf_alloc or kiln_gguf_map_file
+ * and is released by kiln_gguf_close, except g->kv and g->tensors, which must come from malloc (close frees them). */
+kiln_gguf *kiln_gguf_new(const char *path); /* NULL when out of memory */
+void *kiln_gguf_alloc(kiln_gguf *g, size_t size); /* zeroed, 16-byte aligned; NULL when out of memory */
+/* Copies len bytes and a terminating NUL; .ptr is NULL when out of memory. */
+kiln_str kiln_gguf_strdup(kiln_gguf *g, const char *s, size_t len);
+/* Maps a file read-only for the container's lifetime (an empty file gives data NULL, size 0). */
+int kiln_gguf_map_file(kiln_gguf *g, const char *path, const void **data, size_t *size, kiln_error *err);
+
+/* Which entry repeats a name, as kiln_gguf_build_index found it. */
+typedef struct kiln_gguf_dup {
+    bool is_tensor;          /* a tensor name; otherwise a metadata key */
+    uint64_t first, second;  /* indices into g->kv or g->tensors */
+} kiln_gguf_dup;
+
+/* Builds the hash lookup behind kiln_gguf_get and kiln_gguf_find_tensor (they fall back to a scan without it).
+ * Fails on a repeated key or tensor name (message names it; dup, if non-NULL, says where). */
+int kiln_gguf_build_index(kiln_gguf *g, kiln_gguf_dup *dup, kiln_error *err);
+
 #endif
