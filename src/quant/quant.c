@@ -37,7 +37,7 @@ static const kiln_quant_family *const FAMILIES[] = {
 static kiln_quant_ops TABLE[N_ISA][KILN_TYPE_COUNT];
 static bool PRESENT[N_ISA][KILN_TYPE_COUNT];
 static bool LEVEL_OK[KILN_LEVEL_COUNT];
-static kiln_isa CPU_ISA;
+static kiln_isa HW_ISA, CPU_ISA;
 static pthread_once_t INIT_ONCE = PTHREAD_ONCE_INIT;
 
 #ifdef KILN_X86
@@ -116,9 +116,9 @@ static void merge_isa(kiln_isa isa) {
 
 static void init_table(void) {
     detect_levels();
-    kiln_isa hw = hardware_isa();
-    CPU_ISA = env_isa(hw);
-    for (int isa = 0; isa <= (int)hw; isa++) merge_isa((kiln_isa)isa);
+    HW_ISA = hardware_isa();
+    CPU_ISA = env_isa(HW_ISA);
+    for (int isa = 0; isa <= (int)HW_ISA; isa++) merge_isa((kiln_isa)isa);
 }
 
 static void ensure_init(void) { pthread_once(&INIT_ONCE, init_table); }
@@ -150,7 +150,7 @@ const kiln_quant_family *const *kiln_quant_families(int *count) {
 const kiln_quant_ops *kiln_quant_ops_get(kiln_type type, kiln_isa isa) {
     ensure_init();
     if ((int)type < 0 || type >= KILN_TYPE_COUNT || (int)isa < 0 || (int)isa >= N_ISA) return NULL;
-    if (isa > CPU_ISA) isa = CPU_ISA;
+    if (isa > HW_ISA) isa = HW_ISA;
     return PRESENT[isa][type] ? &TABLE[isa][type] : NULL;
 }
 

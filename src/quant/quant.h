@@ -60,8 +60,9 @@ bool kiln_quant_level_supported(kiln_quant_level level);
 kiln_isa kiln_cpu_isa(void);
 const char *kiln_isa_name(kiln_isa isa);
 
-/* Operations of a type at a given ISA (functions an ISA lacks fall back to the next lower one); NULL if the type
- * has no operations. kiln_quant_ops_best() uses kiln_cpu_isa(). */
+/* Operations of a type at a given ISA (functions an ISA lacks fall back to the next lower one; an ISA above what
+ * the CPU has is lowered to it, KILN_ISA notwithstanding); NULL if the type has no operations.
+ * kiln_quant_ops_best() uses kiln_cpu_isa(), so it honours KILN_ISA. */
 const kiln_quant_ops *kiln_quant_ops_get(kiln_type type, kiln_isa isa);
 const kiln_quant_ops *kiln_quant_ops_best(kiln_type type);
 
