@@ -1,0 +1,33 @@
+/* The fast CPU forward pass: quantized weights used in place, activations quantized once per matmul input, prompt
+ * batches through matrix-matrix products, a persistent thread pool, an F16 (or F32) KV cache, and every buffer
+ * allocated once when the state is made. */
+#ifndef KILN_CPU_FORWARD_H
+#define KILN_CPU_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cpu/threadpool.h"
+#include "model/model.h"
+
+typedef struct kiln_cpu_params {
+    int n_ctx;         /* KV-cache positions */
+    int n_batch;       /* most tokens one matmul processes (prompts are cut into chunks of this many) */
+    int n_threads;     /* 0: physical cores */
+    kiln_type kv_type; /* KILN_TYPE_F16 or KILN_TYPE_F32 */
+} kiln_cpu_params;
+
+typedef struct kiln_cpu_state kiln_cpu_state;
+
+int kiln_cpu_new(const kiln_config *cfg, const kiln_weights *w, const kiln_cpu_params *params, kiln_cpu_state **out,
+                 kiln_error *err);
+void kiln_cpu_free(kiln_cpu_state *s);
+int kiln_cpu_n_threads(const kiln_cpu_state *s);
+
+/* Runs tokens[0..n) at positions pos..pos+n-1 (earlier positions must be in the cache; later ones are
+ * overwritten). Writes the logits of the last token (n_vocab floats), or of every token (n * n_vocab) when
+ * all_logits. Fails, changing nothing, if pos + n exceeds the context. */
+int kiln_cpu_forward(kiln_cpu_state *s, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
+                     kiln_error *err);
+
+#endif
