@@ -1,0 +1,67 @@
+/* SentencePiece-style encoding as llama.cpp does it: start from single UTF-8 characters, repeatedly merge the adjacent
+ * pair whose concatenation is the vocabulary entry with the highest score, and spell what never became a token in
+ * <0xXX> byte tokens. The text arrives already escaped (spaces as U+2581). */
+#include <stdlib.h>
+
+#include "tokenizer/merge_heap.h"
+#include "tokenizer/tok_impl.h"
+#include "tokenizer/utf8.h"
+
+typedef struct spm_symbol {
+    size_t start, n; /* n == 0: merged into its left neighbour */
+    int32_t prev, next;
+} spm_symbol;
+
+static int try_pair(const kiln_tokenizer *t, const char *text, const spm_symbol *sym, int32_t left, int32_t right,
+                    kiln_merge_heap *heap) {
+    if (left < 0 || right < 0) return 0;
+    size_t len = sym[left].n + sym[right].n;
+    int32_t id = kiln_strmap_get(&t->by_text, text + sym[left].start, len);
+    if (id < 0) return 0;
+    kiln_merge m = {.key = (uint64_t)kiln_score_key(t->tokens[id].score) << 32 | (uint32_t)left,
+                    .left = left,
+                    .right = right,
+                    .a = (int32_t)len};
+    return kiln_heap_push(heap, m);
+}
+
+static int emit_symbol(const kiln_tokenizer *t, const char *text, const spm_symbol *s, kiln_idbuf *out) {
+    int32_t id = kiln_strmap_get(&t->by_text, text + s->start, s->n);
+    if (id >= 0) return kiln_idbuf_push(out, id);
+    for (size_t i = 0; i < s->n; i++) {
+        int32_t b = t->byte_token[(uint8_t)text[s->start + i]];
+        if (b < 0) b = t->unk;
+        if (b >= 0 && kiln_idbuf_push(out, b)) return -1;
+    }
+    return 0;
+}
+
+int kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, kiln_idbuf *out) {
+    if (len == 0) return 0;
+    spm_symbol *sym = malloc(len * sizeof *sym);
+    kiln_merge_heap heap = {0};
+    int rc = sym ? 0 : -1;
+    int32_t n = 0;
+    for (size_t off = 0; off < len && !rc; n++) {
+        size_t cl = kiln_utf8_lead_len((uint8_t)text[off]);
+        if (cl > len - off) cl = len - off;
+        sym[n] = (spm_symbol){off, cl, n - 1, off + cl == len ? -1 : n + 1};
+        off += cl;
+    }
+    for (int32_t i = 1; i < n && !rc; i++) rc = try_pair(t, text, sym, i - 1, i, &heap);
+    while (heap.n && !rc) {
+        kiln_merge m = kiln_heap_pop(&heap);
+        spm_symbol *l = &sym[m.left], *r = &sym[m.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != (size_t)m.a) continue; /* stale: a side was merged since */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = m.left;
+        rc = try_pair(t, text, sym, l->prev, m.left, &heap);
+        if (!rc) rc = try_pair(t, text, sym, m.left, l->next, &heap);
+    }
+    for (int32_t i = 0; i != -1 && !rc && n > 0; i = sym[i].next) rc = emit_symbol(t, text, &sym[i], out);
+    free(heap.v);
+    free(sym);
+    return rc;
+}
