@@ -124,7 +124,7 @@ static int skip_value(cursor *c, kiln_gguf_vtype t, int depth) {
         c->pos += kiln_gguf_vtype_size(t);
         return 0;
     }
-    kiln_gguf_vtype et;
+    kiln_gguf_vtype et = KILN_GGUF_UINT8;
     uint64_t n;
     if (read_array_header(c, depth, &et, &n)) return -1;
     if (et != KILN_GGUF_STRING && et != KILN_GGUF_ARRAY) {
@@ -167,7 +167,7 @@ static void *alloc_or_fail(cursor *c, uint64_t n, size_t elem) {
 
 static int read_array(cursor *c, int depth, kiln_gguf_value *v) {
     uint64_t start = c->pos;
-    kiln_gguf_vtype et;
+    kiln_gguf_vtype et = KILN_GGUF_UINT8;
     uint64_t n;
     if (read_array_header(c, depth, &et, &n)) return -1;
     v->type = KILN_GGUF_ARRAY;
@@ -243,12 +243,13 @@ static int read_kvs(cursor *c, uint64_t n_kv, positions *pos) {
         kiln_gguf_kv *kv = &g->kv[i];
         memset(kv, 0, sizeof *kv);
         pos->kv[i] = c->pos;
+        c->ctx[0] = '\0';
         uint64_t key_at = c->pos;
         if (read_string(c, KILN_GGUF_MAX_KEY, "key", &kv->key)) return -1;
         if (kv->key.len == 0) return fail_at(c, key_at, "key", "empty key");
         g->n_kv = i + 1;
         snprintf(c->ctx, sizeof c->ctx, " of key '%.120s'", kv->key.ptr);
-        kiln_gguf_vtype t;
+        kiln_gguf_vtype t = KILN_GGUF_UINT8;
         if (read_vtype(c, &t, "value type") || read_value(c, t, 0, &kv->value)) return -1;
     }
     c->ctx[0] = '\0';
@@ -327,7 +328,10 @@ static int read_tensor_infos(cursor *c, uint64_t n_tensors, positions *pos) {
         kiln_gguf_tensor *t = &g->tensors[i];
         memset(t, 0, sizeof *t);
         pos->tensor[i] = c->pos;
+        c->ctx[0] = '\0';
+        uint64_t name_at = c->pos;
         if (read_string(c, KILN_GGUF_MAX_TENSOR_NAME, "tensor name", &t->name)) return -1;
+        if (t->name.len == 0) return fail_at(c, name_at, "tensor name", "empty name");
         g->n_tensors = i + 1;
         snprintf(c->ctx, sizeof c->ctx, " of tensor '%.120s'", t->name.ptr);
         if (read_dims(c, t) || read_tensor_type(c, t) || read_u64(c, &t->offset, "offset")) return -1;
@@ -355,8 +359,8 @@ static int place_tensors(cursor *c, const positions *pos) {
             return fail_at(c, at, "offset", msg);
         }
         if (t->offset > data_size || t->size > data_size - t->offset) {
-            snprintf(msg, sizeof msg, "data [%" PRIu64 ", +%" PRIu64 ") runs past the end of the file",
-                     g->data_offset + t->offset, t->size);
+            snprintf(msg, sizeof msg, "%" PRIu64 " bytes at data offset %" PRIu64 " run past the end of the file "
+                     "(data section is %" PRIu64 " bytes)", t->size, t->offset, data_size);
             return fail_at(c, at, "offset", msg);
         }
         t->data = c->base + g->data_offset + t->offset;
