@@ -8,6 +8,9 @@
 
 #include "quant/quant.h"
 
+/* F16C converts exactly, like kiln_half_to_float, but in one instruction. */
+static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 static inline uint32_t load_qh(const uint8_t *qh) {
@@ -37,7 +40,7 @@ static void dequantize_row_q4_0(const void *src, float *dst, int64_t n) {
     const __m128i eight = _mm_set1_epi8(8);
     for (int64_t i = 0; i < n / QK4_0; i++, dst += QK4_0) {
         __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
-        __m512 d = _mm512_set1_ps(kiln_half_to_float(b[i].d));
+        __m512 d = _mm512_set1_ps(half_to_float(b[i].d));
         store16(_mm_sub_epi8(low_nibbles(packed), eight), d, dst);
         store16(_mm_sub_epi8(high_nibbles(packed), eight), d, dst + 16);
     }
@@ -47,7 +50,7 @@ static void dequantize_row_q4_1(const void *src, float *dst, int64_t n) {
     const block_q4_1 *b = src;
     for (int64_t i = 0; i < n / QK4_1; i++, dst += QK4_1) {
         __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
-        __m512 d = _mm512_set1_ps(kiln_half_to_float(b[i].d)), m = _mm512_set1_ps(kiln_half_to_float(b[i].m));
+        __m512 d = _mm512_set1_ps(half_to_float(b[i].d)), m = _mm512_set1_ps(half_to_float(b[i].m));
         store16_min(low_nibbles(packed), d, m, dst);
         store16_min(high_nibbles(packed), d, m, dst + 16);
     }
@@ -64,7 +67,7 @@ static void dequantize_row_q5_0(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK5_0; i++, dst += QK5_0) {
         __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
         uint32_t qh = load_qh(b[i].qh);
-        __m512 d = _mm512_set1_ps(kiln_half_to_float(b[i].d));
+        __m512 d = _mm512_set1_ps(half_to_float(b[i].d));
         store16(_mm_sub_epi8(with_fifth_bits(low_nibbles(packed), qh & 0xFFFF), sixteen), d, dst);
         store16(_mm_sub_epi8(with_fifth_bits(high_nibbles(packed), qh >> 16), sixteen), d, dst + 16);
     }
@@ -75,14 +78,14 @@ static void dequantize_row_q5_1(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK5_1; i++, dst += QK5_1) {
         __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
         uint32_t qh = load_qh(b[i].qh);
-        __m512 d = _mm512_set1_ps(kiln_half_to_float(b[i].d)), m = _mm512_set1_ps(kiln_half_to_float(b[i].m));
+        __m512 d = _mm512_set1_ps(half_to_float(b[i].d)), m = _mm512_set1_ps(half_to_float(b[i].m));
         store16_min(with_fifth_bits(low_nibbles(packed), qh & 0xFFFF), d, m, dst);
         store16_min(with_fifth_bits(high_nibbles(packed), qh >> 16), d, m, dst + 16);
     }
 }
 
 static inline void dequantize_8bit(const int8_t *qs, kiln_half d_half, float *dst) {
-    __m512 d = _mm512_set1_ps(kiln_half_to_float(d_half));
+    __m512 d = _mm512_set1_ps(half_to_float(d_half));
     store16(_mm_loadu_si128((const __m128i *)qs), d, dst);
     store16(_mm_loadu_si128((const __m128i *)(qs + 16)), d, dst + 16);
 }
@@ -126,7 +129,7 @@ ALWAYS_INLINE __m512i dot_i8_i8(__m512i x, __m512i y, const bool vnni) {
     return dot_u8_i8(_mm512_abs_epi8(x), y_signed, vnni);
 }
 
-static inline float scale_of(kiln_half dx, kiln_half dy) { return kiln_half_to_float(dx) * kiln_half_to_float(dy); }
+static inline float scale_of(kiln_half dx, kiln_half dy) { return half_to_float(dx) * half_to_float(dy); }
 
 static inline __m256i q8_quants(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
 
@@ -146,40 +149,47 @@ static inline __m256i quants_q5_1(const block_q5_1 *b) {
     return _mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh));
 }
 
-/* Symmetric weights with Q8_0 activations: sum of d_x d_y * dot(q_x, q_y) over blocks. */
+/* One step over blocks i and i + 1 of a symmetric type with Q8_0 activations: d_x d_y * dot(q_x, q_y) per block.
+ * Without `pair` only block i is read (the last block of an odd count). */
 #define VEC_DOT_SYMMETRIC(name, block_type, quants)                                                                 \
+    ALWAYS_INLINE __m512 name##_step(const block_type *x, const block_q8_0 *y, __m512 acc, const bool pair,          \
+                                     const bool vnni) {                                                              \
+        __m512i qx = join(quants(&x[0]), pair ? quants(&x[1]) : _mm256_setzero_si256());                             \
+        __m512i qy = join(q8_quants(y[0].qs), pair ? q8_quants(y[1].qs) : _mm256_setzero_si256());                   \
+        __m512 d = join_scales(scale_of(x[0].d, y[0].d), pair ? scale_of(x[1].d, y[1].d) : 0.0f);                   \
+        return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8_i8(qx, qy, vnni)), acc);                                 \
+    }                                                                                                                \
     ALWAYS_INLINE float name##_impl(int64_t n, const void *vx, const void *vy, const bool vnni) {                  \
         const block_type *x = vx;                                                                                    \
         const block_q8_0 *y = vy;                                                                                    \
         const int64_t nb = n / QK8_0;                                                                                \
         __m512 acc = _mm512_setzero_ps();                                                                            \
-        for (int64_t i = 0; i < nb; i += 2) {                                                                        \
-            bool pair = i + 1 < nb;                                                                                  \
-            __m512i qx = join(quants(&x[i]), pair ? quants(&x[i + 1]) : _mm256_setzero_si256());                     \
-            __m512i qy = join(q8_quants(y[i].qs), pair ? q8_quants(y[i + 1].qs) : _mm256_setzero_si256());           \
-            __m512 d = join_scales(scale_of(x[i].d, y[i].d), pair ? scale_of(x[i + 1].d, y[i + 1].d) : 0.0f);       \
-            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8_i8(qx, qy, vnni)), acc);                              \
-        }                                                                                                            \
+        int64_t i = 0;                                                                                               \
+        for (; i + 1 < nb; i += 2) acc = name##_step(x + i, y + i, acc, true, vnni);                                 \
+        if (i < nb) acc = name##_step(x + i, y + i, acc, false, vnni);                                               \
         return _mm512_reduce_add_ps(acc);                                                                            \
     }
 
-/* Offset weights with Q8_1 activations: the min term m_x * s_y needs no quants. */
+/* The same for offset types with Q8_1 activations, plus the min term m_x * s_y, which needs no quants. */
 #define VEC_DOT_OFFSET(name, block_type, quants)                                                                    \
+    ALWAYS_INLINE __m512 name##_step(const block_type *x, const block_q8_1 *y, __m512 acc, float *offsets,          \
+                                     const bool pair, const bool vnni) {                                             \
+        __m512i qx = join(quants(&x[0]), pair ? quants(&x[1]) : _mm256_setzero_si256());                             \
+        __m512i qy = join(q8_quants(y[0].qs), pair ? q8_quants(y[1].qs) : _mm256_setzero_si256());                   \
+        __m512 d = join_scales(scale_of(x[0].d, y[0].d), pair ? scale_of(x[1].d, y[1].d) : 0.0f);                   \
+        *offsets += half_to_float(x[0].m) * half_to_float(y[0].s);                                                   \
+        if (pair) *offsets += half_to_float(x[1].m) * half_to_float(y[1].s);                                         \
+        return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_u8_i8(qx, qy, vnni)), acc);                                 \
+    }                                                                                                                \
     ALWAYS_INLINE float name##_impl(int64_t n, const void *vx, const void *vy, const bool vnni) {                  \
         const block_type *x = vx;                                                                                    \
         const block_q8_1 *y = vy;                                                                                    \
         const int64_t nb = n / QK8_1;                                                                                \
         __m512 acc = _mm512_setzero_ps();                                                                            \
         float offsets = 0.0f;                                                                                        \
-        for (int64_t i = 0; i < nb; i += 2) {                                                                        \
-            bool pair = i + 1 < nb;                                                                                  \
-            __m512i qx = join(quants(&x[i]), pair ? quants(&x[i + 1]) : _mm256_setzero_si256());                     \
-            __m512i qy = join(q8_quants(y[i].qs), pair ? q8_quants(y[i + 1].qs) : _mm256_setzero_si256());           \
-            __m512 d = join_scales(scale_of(x[i].d, y[i].d), pair ? scale_of(x[i + 1].d, y[i + 1].d) : 0.0f);       \
-            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_u8_i8(qx, qy, vnni)), acc);                              \
-            offsets += kiln_half_to_float(x[i].m) * kiln_half_to_float(y[i].s);                                      \
-            if (pair) offsets += kiln_half_to_float(x[i + 1].m) * kiln_half_to_float(y[i + 1].s);                    \
-        }                                                                                                            \
+        int64_t i = 0;                                                                                               \
+        for (; i + 1 < nb; i += 2) acc = name##_step(x + i, y + i, acc, &offsets, true, vnni);                       \
+        if (i < nb) acc = name##_step(x + i, y + i, acc, &offsets, false, vnni);                                     \
         return _mm512_reduce_add_ps(acc) + offsets;                                                                  \
     }
 
