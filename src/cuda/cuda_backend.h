@@ -22,9 +22,10 @@ typedef struct kiln_cuda_context kiln_cuda_context;
  * ("built without CUDA", "no CUDA device: ..."). desc may be NULL. */
 int kiln_cuda_probe(char *desc, size_t desc_size, kiln_error *err);
 
-/* Uploads every weight of m to the current GPU. m must outlive the result (shapes and names are read from it).
+/* Uploads every weight to the current GPU (one allocation; the tied head shares the embedding). cfg is copied;
+ * w is only read during the call.
  * A model that does not fit says how many bytes it needs and how many are free. */
-int kiln_cuda_model_load(const kiln_model *m, kiln_cuda_model **out, kiln_error *err);
+int kiln_cuda_model_load(const kiln_config *cfg, const kiln_weights *w, kiln_cuda_model **out, kiln_error *err);
 void kiln_cuda_model_free(kiln_cuda_model *cm);
 
 /* Device bytes the weights take. */

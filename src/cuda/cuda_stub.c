@@ -8,7 +8,7 @@ int kiln_cuda_probe(char *desc, size_t desc_size, kiln_error *err) {
     return no_cuda(err);
 }
 
-int kiln_cuda_model_load(const kiln_model *m, kiln_cuda_model **out, kiln_error *err) {
+int kiln_cuda_model_load(const kiln_config *cfg, const kiln_weights *w, kiln_cuda_model **out, kiln_error *err) {
     *out = NULL;
     return no_cuda(err);
 }

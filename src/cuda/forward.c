@@ -1,0 +1,285 @@
+/* Contexts and the forward pass on the GPU, in the op order model/model.h states. A decode step (one token) is
+ * GEMVs over Q8_1 activations, quantized once per input vector by the norm that produces them; the residual adds
+ * ride on the GEMVs that feed the residual stream (y += W x). A batch of tokens (prefill) goes through cuBLAS GEMMs
+ * on F16 copies of each weight, dequantized on the fly into one staging buffer. The decode step is captured once as
+ * a CUDA graph that reads the token and position from device memory, writes its argmax back as the next token and
+ * advances the position: greedy generation replays it, and only the id crosses to the host. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/executor.h"
+
+#define DECODE_SPLITS 16 /* attention slices per head for one token: enough blocks to fill the GPU at 8+ heads */
+#define Q8_1_BYTES 36    /* one block_q8_1 per 32 activations */
+
+struct kiln_cuda_context {
+    kiln_cuda_model *cm;
+    int n_ctx, n_batch;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    int32_t *d_tokens, *d_pos;
+    int32_t *h_tokens; /* pinned: two slots, so one step's id is read while the next step runs */
+    cudaEvent_t token_ready[2];
+    float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
+    void *act_q;       /* Q8_1 of the current GEMV input (one token) */
+    void *act_f16;     /* F16 of the current GEMM input (a batch) */
+    void *w_f16;       /* F16 staging of one weight matrix (a batch) */
+    void *k_cache, *v_cache; /* [n_layer][n_head_kv][n_ctx][head_dim] halves */
+    cudaGraphExec_t graph;
+    bool graph_tried, graph_ok;
+};
+
+static int cuda_error(kiln_error *err, const char *what, cudaError_t e) {
+    return kiln_fail(err, "CUDA %s: %s", what, cudaGetErrorString(e));
+}
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* Every buffer of a context, sized for n_batch tokens. Returns the first allocation error. */
+static cudaError_t alloc_buffers(kiln_cuda_context *c) {
+    const kiln_config *cfg = &c->cm->cfg;
+    size_t T = (size_t)c->n_batch, qd = (size_t)kiln_config_q_dim(cfg), kvd = (size_t)kiln_config_kv_dim(cfg);
+    size_t widest = max3((size_t)cfg->n_embd, qd, (size_t)cfg->n_ff);
+    size_t splits_x_tokens = T > DECODE_SPLITS ? T : DECODE_SPLITS;
+    size_t cache = (size_t)cfg->n_layer * kvd * (size_t)c->n_ctx * 2;
+    struct { void **p; size_t bytes; } bufs[] = {
+        {(void **)&c->d_tokens, sizeof(int32_t) * T},
+        {(void **)&c->d_pos, sizeof(int32_t)},
+        {(void **)&c->x, sizeof(float) * T * cfg->n_embd},
+        {(void **)&c->h, sizeof(float) * T * cfg->n_embd},
+        {(void **)&c->q, sizeof(float) * T * qd},
+        {(void **)&c->k, sizeof(float) * T * kvd},
+        {(void **)&c->v, sizeof(float) * T * kvd},
+        {(void **)&c->attn, sizeof(float) * T * qd},
+        {(void **)&c->ff, sizeof(float) * T * cfg->n_ff},
+        {(void **)&c->ff2, sizeof(float) * T * cfg->n_ff},
+        {(void **)&c->logits, sizeof(float) * cfg->n_vocab},
+        {(void **)&c->part, sizeof(float) * splits_x_tokens * cfg->n_head * (cfg->head_dim + 2)},
+        {&c->act_q, widest / 32 * Q8_1_BYTES},
+        {&c->act_f16, T > 1 ? 2 * T * widest : 0},
+        {&c->w_f16, T > 1 ? 2 * c->cm->max_matrix_elems : 0},
+        {&c->k_cache, cache},
+        {&c->v_cache, cache},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (!bufs[i].bytes) continue;
+        cudaError_t e = cudaMalloc(bufs[i].p, bufs[i].bytes);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda_context **out, kiln_error *err) {
+    *out = NULL;
+    const kiln_config *cfg = &cm->cfg;
+    if (cfg->head_dim != 64 && cfg->head_dim != 128 && cfg->head_dim != 256)
+        return kiln_fail(err, "CUDA attention supports head_dim 64, 128 and 256, not %d", cfg->head_dim);
+    if (cfg->n_embd % 32 || kiln_config_q_dim(cfg) % 32 || cfg->n_ff % 32)
+        return kiln_fail(err, "CUDA backend needs widths that are multiples of 32");
+    if (n_ctx < 1 || n_batch < 1) return kiln_fail(err, "context of %d positions, batches of %d: both must be positive", n_ctx, n_batch);
+    kiln_cuda_context *c = calloc(1, sizeof *c);
+    if (!c) return kiln_fail(err, "out of memory");
+    c->cm = cm, c->n_ctx = n_ctx, c->n_batch = n_batch;
+    cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_tokens, 2 * sizeof(int32_t), cudaHostAllocDefault);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&c->token_ready[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = alloc_buffers(c);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        kiln_cuda_context_free(c);
+        return kiln_fail(err, "CUDA context of %d positions: %s (%.1f MiB free)", n_ctx, cudaGetErrorString(e), free_b / 1048576.0);
+    }
+    if (n_batch > 1) {
+        if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+            kiln_cuda_context_free(c);
+            return kiln_fail(err, "cuBLAS could not start");
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+void kiln_cuda_context_free(kiln_cuda_context *c) {
+    if (!c) return;
+    if (c->graph) cudaGraphExecDestroy(c->graph);
+    if (c->blas) cublasDestroy(c->blas);
+    void *bufs[] = {c->d_tokens, c->d_pos, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits,
+                    c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    for (int i = 0; i < 2; i++)
+        if (c->token_ready[i]) cudaEventDestroy(c->token_ready[i]);
+    if (c->h_tokens) cudaFreeHost(c->h_tokens);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+bool kiln_cuda_context_uses_graph(const kiln_cuda_context *c) { return c->graph_ok; }
+
+/* out (+)= in W^T for T tokens. One token: GEMV (in_q: in already quantized to Q8_1, or NULL to quantize here;
+ * float weights read in itself);
+ * a batch: one tensor-core GEMM on F16 copies of the weight and the input, accumulating in F32. */
+static int matmul(kiln_cuda_context *c, const kiln_cuda_matrix *m, const float *in, const void *in_q, int T,
+                  float *out, bool accumulate) {
+    if (T == 1) {
+        if (kiln_cuda_type_uses_q8_1(m->type) && !in_q) {
+            kiln_cuda_quantize_q8_1(in, c->act_q, m->k, 1, c->stream);
+            in_q = c->act_q;
+        }
+        return kiln_cuda_gemv(m, in_q, in, out, accumulate, c->stream);
+    }
+    const void *w16 = m->data;
+    if (m->type != KILN_TYPE_F16) {
+        if (kiln_cuda_dequantize_f16(m, c->w_f16, c->stream)) return -1;
+        w16 = c->w_f16;
+    }
+    kiln_cuda_f32_to_f16(in, c->act_f16, (int64_t)T * m->k, c->stream);
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t s = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m->n, T, m->k, &one, w16, CUDA_R_16F, m->k,
+                                    c->act_f16, CUDA_R_16F, m->k, accumulate ? &one : &zero, out, CUDA_R_32F, m->n,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : -1;
+}
+
+/* Where the norm before m should put Q8_1 activations: only for one token and quantized weights. */
+static void *quantized_input(const kiln_cuda_context *c, const kiln_cuda_matrix *m, int T) {
+    return T == 1 && kiln_cuda_type_uses_q8_1(m->type) ? c->act_q : NULL;
+}
+
+static int attention_block(kiln_cuda_context *c, int l, int T) {
+    const kiln_config *cfg = &c->cm->cfg;
+    const kiln_cuda_layer *L = &c->cm->layers[l];
+    /* the norm quantizes h for the Q/K/V GEMVs when one token runs and the weights are quantized */
+    void *hq = quantized_input(c, &L->wq, T);
+    kiln_cuda_rmsnorm(c->x, NULL, L->attn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
+    if (matmul(c, &L->wq, c->h, hq, T, c->q, false) || matmul(c, &L->wk, c->h, hq, T, c->k, false) ||
+        matmul(c, &L->wv, c->h, hq, T, c->v, false))
+        return -1;
+    size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
+    void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
+    kiln_cuda_rope_args ra = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, c->n_ctx,
+                              cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim), c->cm->rope_freq};
+    kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
+    int splits = T >= DECODE_SPLITS ? 1 : DECODE_SPLITS / T;
+    kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits};
+    if (kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, c->stream)) return -1;
+    return matmul(c, &L->wo, c->attn, NULL, T, c->x, true);
+}
+
+static int ffn_block(kiln_cuda_context *c, int l, int T) {
+    const kiln_config *cfg = &c->cm->cfg;
+    const kiln_cuda_layer *L = &c->cm->layers[l];
+    void *hq = quantized_input(c, &L->gate, T);
+    kiln_cuda_rmsnorm(c->x, NULL, L->ffn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
+    bool fused = T == 1 && L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes;
+    if (fused) {
+        if (kiln_cuda_gemv_swiglu(&L->gate, &L->up, hq, c->h, c->ff, c->stream)) return -1;
+    } else {
+        if (matmul(c, &L->gate, c->h, hq, T, c->ff, false) || matmul(c, &L->up, c->h, hq, T, c->ff2, false))
+            return -1;
+        kiln_cuda_swiglu(c->ff, c->ff2, c->ff, (int64_t)T * cfg->n_ff, c->stream);
+    }
+    return matmul(c, &L->down, c->ff, NULL, T, c->x, true);
+}
+
+/* T tokens from d_tokens at positions *d_pos..; logits of the last one into c->logits. With greedy, the argmax
+ * replaces d_tokens[0] and the position advances: the self-feeding step a graph replays. */
+static int forward(kiln_cuda_context *c, int T, bool greedy) {
+    kiln_cuda_model *cm = c->cm;
+    const kiln_config *cfg = &cm->cfg;
+    if (kiln_cuda_get_rows(&cm->token_embd, c->d_tokens, T, c->x, c->stream)) return -1;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (attention_block(c, l, T) || ffn_block(c, l, T)) return -1;
+    float *last = c->x + (size_t)(T - 1) * cfg->n_embd;
+    void *hq = kiln_cuda_type_uses_q8_1(cm->output.type) ? c->act_q : NULL;
+    kiln_cuda_rmsnorm(last, NULL, cm->output_norm, c->h, hq, cfg->n_embd, 1, cfg->rms_eps, c->stream);
+    if (kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;
+    if (greedy) {
+        kiln_cuda_argmax(c->logits, cfg->n_vocab, c->d_tokens, c->stream);
+        kiln_cuda_advance_pos(c->d_pos, 1, c->stream);
+    }
+    return 0;
+}
+
+static int check_launches(kiln_cuda_context *c, kiln_error *err) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    return e == cudaSuccess ? 0 : cuda_error(err, "forward pass", e);
+}
+
+static int set_inputs(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, kiln_error *err) {
+    cudaError_t e = cudaMemcpyAsync(c->d_tokens, tokens, sizeof(int32_t) * n, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(c->d_pos, &pos, sizeof pos, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); /* the sources are pageable host memory */
+    return e == cudaSuccess ? 0 : cuda_error(err, "copying inputs", e);
+}
+
+int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err) {
+    if (n < 1 || pos < 0 || pos + n > c->n_ctx)
+        return kiln_fail(err, "tokens %d..%d do not fit the context of %d positions", pos, pos + n - 1, c->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->cm->cfg.n_vocab)
+            return kiln_fail(err, "token id %d at %d is outside the vocabulary (%d)", tokens[i], i, c->cm->cfg.n_vocab);
+    for (int done = 0; done < n;) {
+        int T = n - done < c->n_batch ? n - done : c->n_batch;
+        if (set_inputs(c, tokens + done, T, pos + done, err)) return -1;
+        if (forward(c, T, false)) return kiln_fail(err, "CUDA forward pass: a kernel rejected its arguments");
+        if (check_launches(c, err)) return -1;
+        done += T;
+    }
+    if (logits) {
+        cudaError_t e = cudaMemcpy(logits, c->logits, sizeof(float) * c->cm->cfg.n_vocab, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) return cuda_error(err, "copying logits", e);
+    }
+    return 0;
+}
+
+/* Captures the greedy decode step once; on failure says so and leaves eager launches in charge. */
+static void capture_decode_graph(kiln_cuda_context *c) {
+    c->graph_tried = true;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    int rc = e == cudaSuccess ? forward(c, 1, true) : -1;
+    cudaError_t end = e == cudaSuccess ? cudaStreamEndCapture(c->stream, &g) : e;
+    if (e == cudaSuccess) e = end;
+    if (e == cudaSuccess && rc == 0) e = cudaGraphInstantiate(&c->graph, g, 0);
+    if (g) cudaGraphDestroy(g);
+    c->graph_ok = e == cudaSuccess && rc == 0;
+    if (!c->graph_ok) {
+        fprintf(stderr, "kiln: CUDA graph capture failed (%s): decoding with eager launches\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "a kernel rejected its arguments");
+        cudaGetLastError();
+        c->graph = NULL;
+    }
+}
+
+static int decode_step(kiln_cuda_context *c) {
+    if (c->graph_ok) return cudaGraphLaunch(c->graph, c->stream) == cudaSuccess ? 0 : -1;
+    return forward(c, 1, true);
+}
+
+int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int n_gen, int32_t *out,
+                              kiln_error *err) {
+    if (pos < 0 || pos + n_gen > c->n_ctx)
+        return kiln_fail(err, "generating %d tokens from position %d overflows the context of %d", n_gen, pos, c->n_ctx);
+    if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
+    if (!c->graph_tried) capture_decode_graph(c);
+    if (set_inputs(c, &token, 1, pos, err)) return -1;
+    /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
+    for (int i = 0; i <= n_gen; i++) {
+        if (i < n_gen) {
+            if (decode_step(c)) return kiln_fail(err, "CUDA decode step %d failed to launch", i);
+            cudaMemcpyAsync(&c->h_tokens[i & 1], c->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
+            cudaEventRecord(c->token_ready[i & 1], c->stream);
+        }
+        if (i > 0) {
+            cudaError_t e = cudaEventSynchronize(c->token_ready[(i - 1) & 1]);
+            if (e != cudaSuccess) return cuda_error(err, "decode step", e);
+            out[i - 1] = c->h_tokens[(i - 1) & 1];
+        }
+    }
+    return check_launches(c, err);
+}

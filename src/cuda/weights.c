@@ -1,0 +1,119 @@
+/* Uploads a model's weights once, in their file types, into one device allocation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/executor.h"
+
+#define ARENA_ALIGN 256 /* keeps every tensor aligned for 16-byte vector loads */
+
+static size_t aligned(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+static size_t weight_bytes(const kiln_weight *w) { return w->data ? w->row_bytes * (size_t)w->ne[1] : 0; }
+
+/* Walks every tensor in a fixed order; with arena NULL it only sums sizes. */
+typedef struct upload {
+    uint8_t *arena;
+    size_t used;
+    cudaError_t error;
+} upload;
+
+static const void *put(upload *u, const kiln_weight *w) {
+    size_t n = weight_bytes(w);
+    if (!n) return NULL;
+    const void *dst = u->arena ? u->arena + u->used : NULL;
+    if (u->arena && u->error == cudaSuccess) u->error = cudaMemcpy(u->arena + u->used, w->data, n, cudaMemcpyHostToDevice);
+    u->used += aligned(n);
+    return dst;
+}
+
+static kiln_cuda_matrix put_matrix(upload *u, const kiln_weight *w) {
+    kiln_cuda_matrix m = {put(u, w), w->type, (int)w->ne[0], (int)w->ne[1], w->row_bytes};
+    return m;
+}
+
+static int check_matrix(const kiln_weight *w, kiln_error *err) {
+    if (!kiln_cuda_type_supported(w->type, (int)w->ne[0]))
+        return kiln_fail(err, "%s: type %s with rows of %lld is not supported by the CUDA backend", w->name,
+                         kiln_type_name(w->type), (long long)w->ne[0]);
+    return 0;
+}
+
+static int check_all(const kiln_weights *w, kiln_error *err) {
+    static const kiln_layer_role matrices[] = {KILN_ROLE_WQ, KILN_ROLE_WK, KILN_ROLE_WV, KILN_ROLE_WO,
+                                               KILN_ROLE_FFN_GATE, KILN_ROLE_FFN_UP, KILN_ROLE_FFN_DOWN};
+    if (check_matrix(&w->token_embd, err) || check_matrix(&w->output, err)) return -1;
+    for (int l = 0; l < w->n_layer; l++)
+        for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
+            if (check_matrix(&w->layers[l].w[matrices[i]], err)) return -1;
+    return 0;
+}
+
+static void place_all(kiln_cuda_model *cm, const kiln_weights *w, upload *u) {
+    cm->token_embd = put_matrix(u, &w->token_embd);
+    cm->output = w->tied ? cm->token_embd : put_matrix(u, &w->output);
+    cm->output_norm = put(u, &w->output_norm);
+    cm->max_matrix_elems = 0;
+    for (int l = 0; l < w->n_layer; l++) {
+        const kiln_weight *t = w->layers[l].w;
+        kiln_cuda_layer *d = &cm->layers[l];
+        d->attn_norm = put(u, &t[KILN_ROLE_ATTN_NORM]);
+        d->ffn_norm = put(u, &t[KILN_ROLE_FFN_NORM]);
+        d->bq = put(u, &t[KILN_ROLE_BQ]);
+        d->bk = put(u, &t[KILN_ROLE_BK]);
+        d->bv = put(u, &t[KILN_ROLE_BV]);
+        d->wq = put_matrix(u, &t[KILN_ROLE_WQ]);
+        d->wk = put_matrix(u, &t[KILN_ROLE_WK]);
+        d->wv = put_matrix(u, &t[KILN_ROLE_WV]);
+        d->wo = put_matrix(u, &t[KILN_ROLE_WO]);
+        d->gate = put_matrix(u, &t[KILN_ROLE_FFN_GATE]);
+        d->up = put_matrix(u, &t[KILN_ROLE_FFN_UP]);
+        d->down = put_matrix(u, &t[KILN_ROLE_FFN_DOWN]);
+        const kiln_cuda_matrix *ms[] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->gate, &d->up, &d->down};
+        for (int i = 0; i < 7; i++) {
+            size_t e = (size_t)ms[i]->k * ms[i]->n;
+            if (e > cm->max_matrix_elems) cm->max_matrix_elems = e;
+        }
+    }
+    kiln_weight freq = {cm->cfg.rope_freq, KILN_TYPE_F32, {cm->cfg.rope_dim / 2, 1}, sizeof(float) * (cm->cfg.rope_dim / 2), "rope_freq"};
+    cm->rope_freq = put(u, &freq);
+}
+
+int kiln_cuda_model_load(const kiln_config *cfg, const kiln_weights *w, kiln_cuda_model **out, kiln_error *err) {
+    *out = NULL;
+    char desc[256];
+    if (kiln_cuda_probe(desc, sizeof desc, err) || check_all(w, err)) return -1;
+    kiln_cuda_model *cm = calloc(1, sizeof *cm);
+    if (!cm || !(cm->layers = calloc((size_t)w->n_layer, sizeof *cm->layers))) {
+        free(cm);
+        return kiln_fail(err, "out of memory");
+    }
+    cm->cfg = *cfg;
+    upload sizing = {NULL, 0, cudaSuccess};
+    place_all(cm, w, &sizing);
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    if (cudaMalloc(&cm->arena, sizing.used) != cudaSuccess) {
+        cudaGetLastError();
+        kiln_cuda_model_free(cm);
+        return kiln_fail(err, "the weights need %.1f MiB of GPU memory; %.1f MiB of %.1f MiB are free",
+                         sizing.used / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+    }
+    cm->arena_bytes = sizing.used;
+    upload u = {cm->arena, 0, cudaSuccess};
+    place_all(cm, w, &u);
+    if (u.error != cudaSuccess) {
+        kiln_cuda_model_free(cm);
+        return kiln_fail(err, "uploading weights: %s", cudaGetErrorString(u.error));
+    }
+    *out = cm;
+    return 0;
+}
+
+void kiln_cuda_model_free(kiln_cuda_model *cm) {
+    if (!cm) return;
+    cudaFree(cm->arena);
+    free(cm->layers);
+    free(cm);
+}
+
+uint64_t kiln_cuda_model_bytes(const kiln_cuda_model *cm) { return cm ? cm->arena_bytes : 0; }

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Runs the CUDA tests and benchmarks on a GPU machine from binaries built elsewhere and copied into .devrun/
+# (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, models/: test models).
+# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [gemv] [model] [decode MODEL...]
+set -u
+out=$1; shift
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export LD_LIBRARY_PATH=$root/.devrun/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+for d in $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, n, "lib") for p in nvidia.__path__ for n in os.listdir(p)))' 2>/dev/null); do
+    LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
+bin=$root/.devrun/bin
+status=0
+run() { echo "== $*"; "$@" 2>&1 | tee -a "$out/log.txt"; local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || { echo "!! exit $rc: $*"; status=1; }; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.txt"
+while [ $# -gt 0 ]; do
+    case $1 in
+    kernels) run "$bin/cuda_kernels" ;;
+    memcheck) run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_kernels" ;;
+    racecheck) run compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/cuda_kernels" ;;
+    gemv) run "$bin/bench_cuda_gemv" ;;
+    model) run "$bin/cuda_model" ;;
+    decode) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_decode" "$1"; shift; done; continue ;;
+    *) echo "unknown stage $1"; status=1 ;;
+    esac
+    shift
+done
+exit $status
