@@ -19,6 +19,7 @@ extern const kiln_quant_family kiln_float_avx512_family;
 extern const kiln_quant_family kiln_legacy_avx512_family;
 extern const kiln_quant_family kiln_legacy_avx512_vnni_family;
 extern const kiln_quant_family kiln_kquant_scalar_family;
+extern const kiln_quant_family kiln_kquant_avx2_family;
 
 /* To register a family: add its `extern const kiln_quant_family ...;` declaration above and its address here.
  * The k-quant families (kquant*.c) go at the end of this list. Order does not matter: levels decide precedence. */
@@ -31,6 +32,7 @@ static const kiln_quant_family *const FAMILIES[] = {
     &kiln_legacy_avx512_family,
     &kiln_legacy_avx512_vnni_family,
     &kiln_kquant_scalar_family,
+    &kiln_kquant_avx2_family,
 };
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 

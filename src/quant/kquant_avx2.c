@@ -1,0 +1,318 @@
+/* k-quants with AVX2: dequantize (bit-exact with kquant.c: the same multiply then subtract, never fused) and the
+ * dot product with Q8_K activations. The dot products unpack 32 weights to bytes, multiply them with the activations
+ * by vpmaddubsw (unsigned weights x signed activations, pairs summed to 16 bits: no overflow, as every weight is
+ * at most 63 and every activation at most 127 in magnitude), apply the sub-block scales by vpmaddwd, and keep the
+ * integer block sum exact; the min and bias terms go through the activations' bsums. */
+#include <immintrin.h>
+
+#include "quant/kquant.h"
+#include "quant/quant.h"
+
+/* 8 unsigned / signed bytes (low half of v) -> floats, times dl, minus ml */
+static inline void store8_affine(float *dst, __m128i v, __m256 dl, __m256 ml) {
+    __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+    _mm256_storeu_ps(dst, _mm256_sub_ps(_mm256_mul_ps(dl, f), ml));
+}
+
+static inline void store8_signed(float *dst, __m128i v, __m256 dl) {
+    _mm256_storeu_ps(dst, _mm256_mul_ps(dl, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))));
+}
+
+/* 16 unsigned bytes -> 16 floats of one sub-block */
+static inline void store16_affine(float *dst, __m128i v, float dl, float ml) {
+    const __m256 d = _mm256_set1_ps(dl), m = _mm256_set1_ps(ml);
+    store8_affine(dst, v, d, m);
+    store8_affine(dst + 8, _mm_srli_si128(v, 8), d, m);
+}
+
+static inline void store16_signed(float *dst, __m128i v, float dl) {
+    const __m256 d = _mm256_set1_ps(dl);
+    store8_signed(dst, v, d);
+    store8_signed(dst + 8, _mm_srli_si128(v, 8), d);
+}
+
+/* 32 unsigned bytes -> 32 floats of one 32-weight sub-block */
+static inline void store32_affine(float *dst, __m256i v, float dl, float ml) {
+    store16_affine(dst, _mm256_castsi256_si128(v), dl, ml);
+    store16_affine(dst + 16, _mm256_extracti128_si256(v, 1), dl, ml);
+}
+
+static inline __m256i srl16(__m256i v, int count) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(count)); }
+
+static void dequantize_row_q2_K(const void *src, float *dst, int64_t n) {
+    const block_q2_K *x = src;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        const uint8_t *sc = x[i].scales;
+        for (int half = 0; half < QK_K / 128; half++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
+            for (int k = 0; k < 4; k++, sc += 2, dst += 32) {
+                const __m256i v = _mm256_and_si256(srl16(q, 2 * k), m3);
+                store16_affine(dst, _mm256_castsi256_si128(v), d * (float)(sc[0] & 0xF), dmin * (float)(sc[0] >> 4));
+                store16_affine(dst + 16, _mm256_extracti128_si256(v, 1), d * (float)(sc[1] & 0xF),
+                               dmin * (float)(sc[1] >> 4));
+            }
+        }
+    }
+}
+
+/* Q3_K weights of group k (0..7, 32 weights each) as bytes 0..7: low 2 bits plus 4 * the hmask bit. The decoded
+ * weight is that minus 4. */
+static inline __m256i q3_group(__m256i q, __m256i hm, int k) {
+    const __m256i lo = _mm256_and_si256(srl16(q, 2 * (k % 4)), _mm256_set1_epi8(3));
+    const __m256i hi = _mm256_and_si256(srl16(hm, k), _mm256_set1_epi8(1));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+}
+
+static void dequantize_row_q3_K(const void *src, float *dst, int64_t n) {
+    const block_q3_K *x = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kiln_half_to_float(x[i].d);
+        int8_t sc[16];
+        kquant_unpack_q3_scales(x[i].scales, sc);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        for (int k = 0; k < 8; k++, dst += 32) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (k / 4)));
+            const __m256i v = _mm256_sub_epi8(q3_group(q, hm, k), _mm256_set1_epi8(4));
+            store16_signed(dst, _mm256_castsi256_si128(v), d * (float)sc[2 * k]);
+            store16_signed(dst + 16, _mm256_extracti128_si256(v, 1), d * (float)sc[2 * k + 1]);
+        }
+    }
+}
+
+static void dequantize_row_q4_K(const void *src, float *dst, int64_t n) {
+    const block_q4_K *x = src;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        uint8_t sm[16];
+        kquant_unpack_k4(x[i].scales, sm);
+        for (int j = 0; j < QK_K / 64; j++, dst += 64) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            store32_affine(dst, _mm256_and_si256(q, m4), d * (float)sm[2 * j], dmin * (float)sm[8 + 2 * j]);
+            store32_affine(dst + 32, _mm256_and_si256(srl16(q, 4), m4), d * (float)sm[2 * j + 1],
+                           dmin * (float)sm[8 + 2 * j + 1]);
+        }
+    }
+}
+
+/* Q5_K weights of sub-block pair j as bytes 0..31: (low nibbles, high nibbles) plus the qh bits 2j and 2j+1 */
+static inline void q5_pair(const uint8_t *qs, __m256i qh, int j, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+    *lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * j), m1), 4));
+    *hi = _mm256_or_si256(_mm256_and_si256(srl16(q, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * j + 1), m1), 4));
+}
+
+static void dequantize_row_q5_K(const void *src, float *dst, int64_t n) {
+    const block_q5_K *x = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        uint8_t sm[16];
+        kquant_unpack_k4(x[i].scales, sm);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        for (int j = 0; j < QK_K / 64; j++, dst += 64) {
+            __m256i lo, hi;
+            q5_pair(x[i].qs, qh, j, &lo, &hi);
+            store32_affine(dst, lo, d * (float)sm[2 * j], dmin * (float)sm[8 + 2 * j]);
+            store32_affine(dst + 32, hi, d * (float)sm[2 * j + 1], dmin * (float)sm[8 + 2 * j + 1]);
+        }
+    }
+}
+
+/* Q6_K weights of one 128-weight chunk as 4 vectors of bytes 0..63 (unbiased: the decoded weight is that - 32) */
+static inline void q6_chunk(const uint8_t *ql, const uint8_t *qh, __m256i g[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+    g[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+    g[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(srl16(h, 2), m3), 4));
+    g[2] = _mm256_or_si256(_mm256_and_si256(srl16(l0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(srl16(h, 4), m3), 4));
+    g[3] = _mm256_or_si256(_mm256_and_si256(srl16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(srl16(h, 6), m3), 4));
+}
+
+static void dequantize_row_q6_K(const void *src, float *dst, int64_t n) {
+    const block_q6_K *x = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = kiln_half_to_float(x[i].d);
+        for (int c = 0; c < QK_K / 128; c++) {
+            __m256i g[4];
+            q6_chunk(x[i].ql + 64 * c, x[i].qh + 32 * c, g);
+            const int8_t *sc = x[i].scales + 8 * c;
+            for (int k = 0; k < 4; k++, dst += 32) {
+                const __m256i v = _mm256_sub_epi8(g[k], _mm256_set1_epi8(32));
+                store16_signed(dst, _mm256_castsi256_si128(v), d * (float)sc[2 * k]);
+                store16_signed(dst + 16, _mm256_extracti128_si256(v, 1), d * (float)sc[2 * k + 1]);
+            }
+        }
+    }
+}
+
+static void dequantize_row_q8_K(const void *src, float *dst, int64_t n) {
+    const block_q8_K *x = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m256 d = _mm256_set1_ps(x[i].d);
+        for (int l = 0; l < QK_K; l += 8, dst += 8) {
+            int64_t v;
+            memcpy(&v, x[i].qs + l, sizeof v);
+            store8_signed(dst, _mm_cvtsi64_si128(v), d);
+        }
+    }
+}
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 32 weight bytes (0..63) times 32 activations; the first 16 products scaled by sa, the last 16 by sb. */
+static inline __m256i dot32(__m256i q, const int8_t *q8, int sa, int sb) {
+    const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)q8));
+    return _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa)));
+}
+
+/* sum_j scales16[j] * bsums[j] over the 16 sub-blocks, as 8 int32 partial sums */
+static inline __m256i bsum_dot(__m128i scales16_bytes, const int16_t *bsums, int is_signed) {
+    const __m256i s = is_signed ? _mm256_cvtepi8_epi16(scales16_bytes) : _mm256_cvtepu8_epi16(scales16_bytes);
+    return _mm256_madd_epi16(s, _mm256_loadu_si256((const __m256i *)bsums));
+}
+
+static float vec_dot_q2_K(int64_t n, const void *vx, const void *vy) {
+    const block_q2_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins = bsum_dot(_mm_and_si128(_mm_srli_epi16(sc, 4), m4), y[i].bsums, 0);
+        const uint8_t *s = x[i].scales;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < QK_K / 128; half++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
+            for (int k = 0; k < 4; k++, s += 2, q8 += 32)
+                sumi = _mm256_add_epi32(sumi, dot32(_mm256_and_si256(srl16(q, 2 * k), m3), q8, s[0] & 0xF, s[1] & 0xF));
+        }
+        const float dall = y[i].d * kiln_half_to_float(x[i].d);
+        const float dmin = y[i].d * kiln_half_to_float(x[i].dmin);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(mins), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float vec_dot_q3_K(int64_t n, const void *vx, const void *vy) {
+    const block_q3_K *x = vx;
+    const block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint32_t words[4];
+        kquant_unpack_q3_words(x[i].scales, words);
+        const __m128i sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)words), _mm_set1_epi8(32));
+        int8_t s[16];
+        _mm_storeu_si128((__m128i *)s, sc);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        const int8_t *q8 = y[i].qs;
+        /* weights are stored as (0..7) - 4: the -4 goes through the bsums */
+        __m256i sumi = _mm256_slli_epi32(bsum_dot(sc, y[i].bsums, 1), 2);
+        sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
+        for (int k = 0; k < 8; k++, q8 += 32) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (k / 4)));
+            sumi = _mm256_add_epi32(sumi, dot32(q3_group(q, hm, k), q8, s[2 * k], s[2 * k + 1]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * kiln_half_to_float(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* The Q4_K/Q5_K block tail: scales, and mins through the bsums (each min covers two 16-sums). */
+static inline __m256 k4_accumulate(__m256 acc, __m256i sumi, const uint32_t words[4], const int16_t *bsums, float d,
+                                   float dmin) {
+    const __m128i mins = _mm_loadl_epi64((const __m128i *)(words + 2));
+    const __m256i m = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins)),
+                                        _mm256_loadu_si256((const __m256i *)bsums));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(m), acc);
+}
+
+static float vec_dot_q4_K(int64_t n, const void *vx, const void *vy) {
+    const block_q4_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint32_t words[4];
+        kquant_unpack_k4_words(x[i].scales, words);
+        const uint8_t *sc = (const uint8_t *)words;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < QK_K / 64; j++, q8 += 64) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            sumi = _mm256_add_epi32(sumi, dot32(_mm256_and_si256(q, m4), q8, sc[2 * j], sc[2 * j]));
+            sumi = _mm256_add_epi32(sumi, dot32(_mm256_and_si256(srl16(q, 4), m4), q8 + 32, sc[2 * j + 1], sc[2 * j + 1]));
+        }
+        acc = k4_accumulate(acc, sumi, words, y[i].bsums, y[i].d * kiln_half_to_float(x[i].d),
+                            y[i].d * kiln_half_to_float(x[i].dmin));
+    }
+    return hsum_ps(acc);
+}
+
+static float vec_dot_q5_K(int64_t n, const void *vx, const void *vy) {
+    const block_q5_K *x = vx;
+    const block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint32_t words[4];
+        kquant_unpack_k4_words(x[i].scales, words);
+        const uint8_t *sc = (const uint8_t *)words;
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < QK_K / 64; j++, q8 += 64) {
+            __m256i lo, hi;
+            q5_pair(x[i].qs, qh, j, &lo, &hi);
+            sumi = _mm256_add_epi32(sumi, dot32(lo, q8, sc[2 * j], sc[2 * j]));
+            sumi = _mm256_add_epi32(sumi, dot32(hi, q8 + 32, sc[2 * j + 1], sc[2 * j + 1]));
+        }
+        acc = k4_accumulate(acc, sumi, words, y[i].bsums, y[i].d * kiln_half_to_float(x[i].d),
+                            y[i].d * kiln_half_to_float(x[i].dmin));
+    }
+    return hsum_ps(acc);
+}
+
+static float vec_dot_q6_K(int64_t n, const void *vx, const void *vy) {
+    const block_q6_K *x = vx;
+    const block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *sc = x[i].scales;
+        const int8_t *q8 = y[i].qs;
+        /* weights are stored as (0..63) - 32: the -32 goes through the bsums */
+        __m256i sumi = _mm256_slli_epi32(bsum_dot(_mm_loadu_si128((const __m128i *)sc), y[i].bsums, 1), 5);
+        sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
+        for (int c = 0; c < QK_K / 128; c++) {
+            __m256i g[4];
+            q6_chunk(x[i].ql + 64 * c, x[i].qh + 32 * c, g);
+            for (int k = 0; k < 4; k++, q8 += 32, sc += 2) sumi = _mm256_add_epi32(sumi, dot32(g[k], q8, sc[0], sc[1]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * kiln_half_to_float(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static const kiln_quant_entry ENTRIES[] = {
+    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q4_K, {dequantize_row_q4_K, NULL, vec_dot_q4_K, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q5_K, {dequantize_row_q5_K, NULL, vec_dot_q5_K, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q6_K, {dequantize_row_q6_K, NULL, vec_dot_q6_K, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q8_K, {dequantize_row_q8_K, NULL, NULL, KILN_TYPE_Q8_K}},
+};
+
+const kiln_quant_family kiln_kquant_avx2_family = {
+    "kquant_avx2", KILN_LEVEL_AVX2, ENTRIES, (int)(sizeof ENTRIES / sizeof ENTRIES[0])};
