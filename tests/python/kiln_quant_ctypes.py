@@ -64,6 +64,13 @@ class KilnQuant:
         p = self.lib.kiln_quant_ops_get(int(qtype), ISAS[isa])
         return p.contents if p else None
 
+    def _fn(self, qtype, isa, what, prototype):
+        ops = self.ops(qtype, isa)
+        address = getattr(ops, what) if ops is not None else None
+        if address is None:
+            raise ValueError(f"kiln has no {what} for type {int(qtype)} at ISA {isa}")
+        return prototype(address)
+
     def has(self, qtype, what="dequantize"):
         ops = self.ops(qtype)
         return ops is not None and getattr(ops, what) is not None
@@ -80,20 +87,20 @@ class KilnQuant:
         assert raw.size % size == 0
         n = raw.size // size * block
         out = np.empty(n, dtype=np.float32)
-        DEQUANTIZE_FN(self.ops(qtype, isa).dequantize)(_ptr(raw), _ptr(out), n)
+        self._fn(qtype, isa, "dequantize", DEQUANTIZE_FN)(_ptr(raw), _ptr(out), n)
         return out
 
     def quantize(self, qtype, x, isa="scalar"):
         x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
         out = np.empty(self.row_bytes(qtype, x.size), dtype=np.uint8)
-        QUANTIZE_FN(self.ops(qtype, isa).quantize)(_ptr(x), _ptr(out), x.size)
+        self._fn(qtype, isa, "quantize", QUANTIZE_FN)(_ptr(x), _ptr(out), x.size)
         return out
 
     def vec_dot(self, qtype, x_raw, y_raw, n, isa="scalar"):
         """Dot product of a row of qtype (raw bytes) with activations already in the type's vec_dot_type."""
         x_raw = np.ascontiguousarray(x_raw).reshape(-1).view(np.uint8)
         y_raw = np.ascontiguousarray(y_raw).reshape(-1).view(np.uint8)
-        return VEC_DOT_FN(self.ops(qtype, isa).vec_dot)(n, _ptr(x_raw), _ptr(y_raw))
+        return self._fn(qtype, isa, "vec_dot", VEC_DOT_FN)(n, _ptr(x_raw), _ptr(y_raw))
 
     def vec_dot_type(self, qtype):
         return self.ops(qtype).vec_dot_type
