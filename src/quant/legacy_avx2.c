@@ -97,6 +97,62 @@ static void dequantize_row_q8_1(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* roundf semantics (ties away from zero; the vector unit's own mode is ties-to-even): truncate, then step one away
+ * from zero where the dropped fraction is at least a half. v - trunc(v) is exact, so this matches roundf always. */
+static inline __m256 round_half_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
+}
+
+/* Q8_0/Q8_1 quants of 32 floats exactly as the scalar reference computes them; returns d (unrounded) and the sum of
+ * the quants. */
+static inline float quantize_block_8bit(const float *x, int8_t *qs, int *quant_sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    float d = _mm_cvtss_f32(m) / 127;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    *quant_sum = _mm_cvtsi128_si32(s);
+    /* the packs interleave 128-bit lanes; the permute puts the 32 bytes back in element order */
+    __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)qs, packed);
+    return d;
+}
+
+static void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
+    block_q8_0 *b = dst;
+    int unused;
+    for (int64_t i = 0; i < n / QK8_0; i++, src += QK8_0)
+        b[i].d = kiln_float_to_half(quantize_block_8bit(src, b[i].qs, &unused));
+}
+
+static void quantize_row_q8_1(const float *src, void *dst, int64_t n) {
+    block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / QK8_1; i++, src += QK8_1) {
+        int sum;
+        float d = quantize_block_8bit(src, b[i].qs, &sum);
+        b[i].d = kiln_float_to_half(d);
+        b[i].s = kiln_float_to_half((float)sum * d);
+    }
+}
+
 /* Eight int32 partial sums of unsigned x times signed y. Pairs cannot saturate the int16 step while x <= 128 and
  * |y| <= 127, which holds for every quantizer's output. */
 static inline __m256i dot_u8_i8(__m256i ux, __m256i sy) {
@@ -189,8 +245,8 @@ static const kiln_quant_entry ENTRIES[] = {
     {KILN_TYPE_Q4_1, {dequantize_row_q4_1, NULL, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1}},
     {KILN_TYPE_Q5_0, {dequantize_row_q5_0, NULL, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0}},
     {KILN_TYPE_Q5_1, {dequantize_row_q5_1, NULL, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1}},
-    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, NULL, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0}},
-    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, NULL, NULL, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, quantize_row_q8_1, NULL, KILN_TYPE_Q8_1}},
 };
 
 const kiln_quant_family kiln_legacy_avx2_family = {

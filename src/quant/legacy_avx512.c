@@ -100,6 +100,48 @@ static void dequantize_row_q8_1(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK8_1; i++, dst += QK8_1) dequantize_8bit(b[i].qs, b[i].d, dst);
 }
 
+/* ---- quantize Q8_0/Q8_1 (the activation formats), bit-identical to the scalar reference ---- */
+
+/* roundf semantics (ties away from zero; the vector unit's own mode is ties-to-even): truncate, then step one away
+ * from zero where the dropped fraction is at least a half. v - trunc(v) is exact, so this matches roundf always. */
+static inline __m512 round_half_away(__m512 v) {
+    __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
+    __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    __m512 step = _mm512_or_ps(_mm512_and_ps(v, _mm512_set1_ps(-0.0f)), _mm512_set1_ps(1.0f));
+    return _mm512_mask_add_ps(t, up, t, step);
+}
+
+/* Returns d (unrounded) and the sum of the quants. */
+static inline float quantize_block_8bit(const float *x, int8_t *qs, int *quant_sum) {
+    __m512 lo = _mm512_loadu_ps(x), hi = _mm512_loadu_ps(x + 16);
+    float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi))) / 127;
+    __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    __m512i qlo = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(lo, id)));
+    __m512i qhi = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(hi, id)));
+    *quant_sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+    _mm_storeu_si128((__m128i *)qs, _mm512_cvtsepi32_epi8(qlo));
+    _mm_storeu_si128((__m128i *)(qs + 16), _mm512_cvtsepi32_epi8(qhi));
+    return d;
+}
+
+static void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
+    block_q8_0 *b = dst;
+    int unused;
+    for (int64_t i = 0; i < n / QK8_0; i++, src += QK8_0)
+        b[i].d = kiln_float_to_half(quantize_block_8bit(src, b[i].qs, &unused));
+}
+
+static void quantize_row_q8_1(const float *src, void *dst, int64_t n) {
+    block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / QK8_1; i++, src += QK8_1) {
+        int sum;
+        float d = quantize_block_8bit(src, b[i].qs, &sum);
+        b[i].d = kiln_float_to_half(d);
+        b[i].s = kiln_float_to_half((float)sum * d);
+    }
+}
+
 /* ---- dot products: two blocks per step, the second left zero when the row has an odd block count ---- */
 
 /* The 32 quants of a block in element order, as bytes. */
@@ -214,8 +256,8 @@ static const kiln_quant_entry ENTRIES[] = {
     {KILN_TYPE_Q4_1, {dequantize_row_q4_1, NULL, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1}},
     {KILN_TYPE_Q5_0, {dequantize_row_q5_0, NULL, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0}},
     {KILN_TYPE_Q5_1, {dequantize_row_q5_1, NULL, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1}},
-    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, NULL, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0}},
-    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, NULL, NULL, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0}},
+    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, quantize_row_q8_1, NULL, KILN_TYPE_Q8_1}},
 };
 
 /* Only the dot products change with VNNI; dequantize falls back to the plain AVX-512 family. */

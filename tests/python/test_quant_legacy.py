@@ -81,6 +81,8 @@ def sample_data(n_rows=16, n=256, seed=0):
     x = rng.standard_normal((n_rows, n)).astype(np.float32) * np.logspace(-6, 3, n_rows, dtype=np.float32)[:, None]
     x[1] = 0
     x[2, :32] = np.arange(32, dtype=np.float32) - 16.5
+    x[3, :32] = np.arange(32, dtype=np.float32) - 15.5  # with a 127 in the block, d = 1: exact ties for Q8
+    x[3, 0] = 127
     return x.reshape(-1)
 
 
@@ -95,10 +97,11 @@ def test_dequantize_matches_gguf(qtype, isa):
     np.testing.assert_array_equal(ours.view(np.uint32), ref.view(np.uint32))
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("qtype", GGUF_QUANTIZES + [T.Q8_1], ids=lambda t: t.name)
-def test_quantize_matches_gguf_bytes(qtype):
+def test_quantize_matches_gguf_bytes(qtype, isa):
     x = sample_data()
-    np.testing.assert_array_equal(lib.quantize(qtype, x), reference_quantize(qtype, x))
+    np.testing.assert_array_equal(lib.quantize(qtype, x, isa), reference_quantize(qtype, x))
 
 
 @pytest.mark.parametrize("qtype", GGUF_QUANTIZES + [T.Q8_1], ids=lambda t: t.name)

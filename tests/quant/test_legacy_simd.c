@@ -1,6 +1,6 @@
 /* Every SIMD kernel of the float and 32-element block families against its scalar reference, for each level this
  * CPU runs (plain AVX-512 and VNNI separately), on fresh random data.
- * Bounds: dequantize bit-exact; vec_dot |simd - scalar| <= 1e-5 * (sum|x_i y_i| + sum|m_x s_y|) over the
+ * Bounds: dequantize and quantize bit-exact; vec_dot |simd - scalar| <= 1e-5 * (sum|x_i y_i| + sum|m_x s_y|) over the
  * dequantized operands (the integer block dots are exact, only the float accumulation order differs). */
 #include <math.h>
 #include <setjmp.h>
@@ -93,6 +93,26 @@ static void check_dequantize(const kiln_quant_family *f, const kiln_quant_entry 
     free(got);
 }
 
+/* Normal data at many scales, plus a block holding 127 and exact halves, where d = 1 and every quant is a tie. */
+static void check_quantize(const kiln_quant_family *f, const kiln_quant_entry *e, const kiln_quant_ops *ref) {
+    int64_t n = 32 * 37;
+    size_t bytes = kiln_row_size(e->type, n);
+    float *x = malloc((size_t)n * sizeof *x);
+    uint8_t *want = malloc(bytes), *got = malloc(bytes);
+    for (int trial = 0; trial < 8; trial++) {
+        float scale = powf(10.0f, (float)trial - 4.0f);
+        for (int64_t i = 0; i < n; i++) x[i] = next_normal() * scale;
+        for (int j = 0; j < 32; j++) x[32 + j] = (float)j - 15.5f;
+        x[32] = 127.0f;
+        ref->quantize(x, want, n);
+        e->ops.quantize(x, got, n);
+        if (memcmp(want, got, bytes) != 0) fail_msg("%s %s quantize differs", f->name, kiln_type_name(e->type));
+    }
+    free(x);
+    free(want);
+    free(got);
+}
+
 /* sum|m_x s_y| over blocks, for the offset types */
 static double offset_magnitude(const type_case *c, const uint8_t *x, const uint8_t *y, int64_t n) {
     if (c->min_offset < 0) return 0.0;
@@ -151,6 +171,7 @@ static void test_simd_matches_scalar(void **state) {
             const kiln_quant_ops *ref = kiln_quant_ops_get(e->type, KILN_ISA_SCALAR);
             assert_non_null(ref);
             if (e->ops.dequantize) check_dequantize(f, e, ref);
+            if (e->ops.quantize) check_quantize(f, e, ref);
             if (e->ops.vec_dot) check_vec_dot(f, e, ref);
             checked++;
         }
