@@ -1,0 +1,143 @@
+/* The CPU executor's kernels against their scalar references on fresh random data: KV-cache row operations, the
+ * tiled quantized matmul, and the thread pool. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpu/kv_ops.h"
+#include "cpu/matmul.h"
+#include "cpu/threadpool.h"
+#include "quant/quant.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static void fill(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = frand();
+}
+
+static void test_kv_ops_simd_match_scalar(void **state) {
+    (void)state;
+    if (kiln_cpu_isa() < KILN_ISA_AVX2) skip();
+    kiln_type types[2] = {KILN_TYPE_F16, KILN_TYPE_F32};
+    enum { N = 77 }; /* not a multiple of 8: the tail path runs too */
+    for (int ti = 0; ti < 2; ti++) {
+        const kiln_kv_ops *ref = kiln_kv_ops_get(types[ti], KILN_ISA_SCALAR);
+        const kiln_kv_ops *simd = kiln_kv_ops_get(types[ti], KILN_ISA_AVX2);
+        float src[N], q[N], out_ref[N], out_simd[N];
+        uint32_t row_ref[N], row_simd[N];
+        fill(src, N);
+        fill(q, N);
+        ref->store(row_ref, src, N);
+        simd->store(row_simd, src, N);
+        assert_memory_equal(row_ref, row_simd, kiln_row_size(types[ti], N));
+        float d_ref = ref->dot(q, row_ref, N), d_simd = simd->dot(q, row_ref, N);
+        assert_true(fabsf(d_ref - d_simd) <= 1e-5f * (1.0f + fabsf(d_ref)));
+        fill(out_ref, N);
+        memcpy(out_simd, out_ref, sizeof out_ref);
+        ref->axpy(out_ref, 0.37f, row_ref, N);
+        simd->axpy(out_simd, 0.37f, row_ref, N);
+        for (int i = 0; i < N; i++) assert_true(fabsf(out_ref[i] - out_simd[i]) <= 1e-6f);
+    }
+    assert_null(kiln_kv_ops_get(KILN_TYPE_Q4_0, KILN_ISA_SCALAR));
+}
+
+/* A random weight of the given type, its F32 dequantization, and products against both. */
+static void check_matmul(kiln_type type, int n_in, int n_out, int n_tok, kiln_pool *pool) {
+    const kiln_quant_ops *ops = kiln_quant_ops_best(type);
+    size_t row_bytes = kiln_row_size(type, n_in);
+    float *wf = malloc(sizeof(float) * (size_t)n_in * n_out), *in = malloc(sizeof(float) * (size_t)n_in * n_tok);
+    char *wq = malloc(row_bytes * (size_t)n_out);
+    float *out = malloc(sizeof(float) * (size_t)n_out * n_tok), *one = malloc(sizeof(float) * (size_t)n_out);
+    fill(wf, n_in * n_out);
+    fill(in, n_in * n_tok);
+    for (int r = 0; r < n_out; r++) {
+        ops->quantize(wf + (size_t)r * n_in, wq + (size_t)r * row_bytes, n_in);
+        ops->dequantize(wq + (size_t)r * row_bytes, wf + (size_t)r * n_in, n_in);
+    }
+    kiln_weight w = {.data = wq, .type = type, .ne = {n_in, n_out}, .row_bytes = row_bytes, .name = "w"};
+    const kiln_weight *ws[1] = {&w};
+    void *scratch = malloc(kiln_matmul_scratch_size(&w, n_tok));
+    float *outs[1] = {out};
+    kiln_matmul(pool, ws, outs, 1, in, n_tok, scratch);
+
+    double err = 0, norm = 0;
+    for (int t = 0; t < n_tok; t++) {
+        float *one_out[1] = {one};
+        kiln_matmul(pool, ws, one_out, 1, in + (size_t)t * n_in, 1, scratch);
+        for (int r = 0; r < n_out; r++) {
+            double exact = 0;
+            for (int i = 0; i < n_in; i++) exact += (double)wf[(size_t)r * n_in + i] * in[(size_t)t * n_in + i];
+            float got = out[(size_t)t * n_out + r];
+            assert_true(got == one[r]); /* the batch path computes exactly what token-by-token does */
+            err += (got - exact) * (got - exact);
+            norm += exact * exact;
+        }
+    }
+    /* the input is quantized to 8 bits for the integer types: about 1% relative error at most */
+    double bound = type == KILN_TYPE_F32 || type == KILN_TYPE_F16 ? 1e-5 : 2e-2;
+    assert_true(sqrt(err / norm) < bound);
+    free(scratch);
+    free(wf);
+    free(in);
+    free(wq);
+    free(out);
+    free(one);
+}
+
+static void test_matmul_matches_dequantized_product(void **state) {
+    (void)state;
+    kiln_pool *pool;
+    kiln_error err;
+    assert_int_equal(kiln_pool_new(3, &pool, &err), 0);
+    kiln_type types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_Q4_0, KILN_TYPE_Q4_1, KILN_TYPE_Q8_0};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (!kiln_quant_ops_best(types[i]) || !kiln_quant_ops_best(types[i])->quantize) continue;
+        check_matmul(types[i], 128, 37, 5, pool);
+        check_matmul(types[i], 64, 16, 1, pool);
+    }
+    kiln_pool_free(pool);
+}
+
+typedef struct count_job {
+    int hits[8];
+} count_job;
+
+static void count_run(void *arg, int ith, int nth) {
+    count_job *j = arg;
+    if (nth == 4) j->hits[ith]++;
+}
+
+static void test_pool_runs_every_thread_once_per_job(void **state) {
+    (void)state;
+    kiln_pool *pool;
+    kiln_error err;
+    assert_int_equal(kiln_pool_new(4, &pool, &err), 0);
+    count_job j = {{0}};
+    for (int round = 0; round < 1000; round++) kiln_pool_run(pool, count_run, &j);
+    for (int i = 0; i < 4; i++) assert_int_equal(j.hits[i], 1000);
+    kiln_pool_free(pool);
+    assert_int_equal(kiln_pool_new(0, &pool, &err), -1);
+    assert_true(kiln_physical_cores() >= 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kv_ops_simd_match_scalar),
+        cmocka_unit_test(test_matmul_matches_dequantized_product),
+        cmocka_unit_test(test_pool_runs_every_thread_once_per_job),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
