@@ -10,6 +10,9 @@
 #include "quant/blocks.h"
 #include "quant/types.h"
 
+/* n counts elements and must be a multiple of the type's block size. All ISAs dequantize and quantize to the same
+ * bits. vec_dot results differ between ISAs only by float summation order (about 1e-5 of sum|x_i y_i|); the SIMD
+ * integer dots assume 8-bit quants in [-127, 127], which every quantizer writes (-128 never occurs). */
 typedef void (*kiln_dequantize_fn)(const void *src, float *dst, int64_t n);
 typedef void (*kiln_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef float (*kiln_vec_dot_fn)(int64_t n, const void *x, const void *y);
