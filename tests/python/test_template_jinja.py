@@ -1,0 +1,192 @@
+"""kiln's chat-template renderer against real Jinja2, byte for byte, rendering the way transformers'
+apply_chat_template does: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loop controls,
+HF's tojson, raise_exception and strftime_now, and tools/documents passed as None."""
+import json
+import os
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+import jinja2.ext
+import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+SOURCE = Path(os.environ.get("KILN_SOURCE_DIR", Path(__file__).parents[2]))
+SHARED = Path(os.environ.get("KILN_SHARED_DIR", SOURCE.parent / "shared"))
+RENDER = os.environ.get("KILN_TEMPLATE_RENDER", str(SOURCE / "build" / "tests" / "template" / "template_render"))
+NOW = 1721990400  # 2024-07-26 10:40 UTC: strftime_now is pinned so both sides print the same date
+os.environ["TZ"] = "UTC"
+
+TEMPLATES = sorted((SHARED / "templates").glob("*.jinja")) + sorted((SOURCE / "tests" / "template" / "templates").glob("*.jinja"))
+
+
+class TemplateError(Exception):
+    pass
+
+
+def jinja_env():
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        return datetime.fromtimestamp(NOW, tz=timezone.utc).strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+ENV = jinja_env()
+
+
+def sysmsg(text):
+    return {"role": "system", "content": text}
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+ODD = 'Quotes \' and " and \\ backslash, {{ braces }} {% tags %}, tabs\tand\nnewlines,\r\n unicode: héllo 世界 🙂, <|im_end|>'
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City name"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+
+CONVERSATIONS = {
+    "user_only": {"messages": [user("Hello!")]},
+    "system_user": {"messages": [sysmsg("You are a helpful assistant."), user("What is 2+2?")]},
+    "multi_turn": {
+        "messages": [
+            sysmsg("Answer briefly."),
+            user("Hi"),
+            assistant("Hello! How can I help?"),
+            user("Tell me a joke."),
+            assistant("Why did the chicken cross the road?"),
+            user("Why?"),
+        ]
+    },
+    "multi_turn_no_system": {"messages": [user("one"), assistant("two"), user("three")]},
+    "odd_characters": {"messages": [sysmsg("  padded system  \n"), user(ODD), assistant(" " + ODD + " "), user("\n\nend\n")]},
+    "empty_content": {"messages": [user("")]},
+    "ends_with_assistant": {"messages": [user("Hi"), assistant("Hello")]},
+    "not_alternating": {"messages": [user("a"), user("b")]},
+    "with_tools": {
+        "messages": [sysmsg("Use tools."), user("Weather in Paris?")],
+        "tools": [WEATHER_TOOL],
+    },
+    "tool_call_round_trip": {
+        "messages": [
+            user("Weather in Paris?"),
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call12345",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call12345", "content": '{"temp": 21}'},
+            assistant("It is 21 degrees."),
+            user("Thanks"),
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+    "content_parts": {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe this."}]}],
+    },
+}
+
+
+def jinja_render(source, variables):
+    """(rendered, None) or (None, the raise_exception message or "" for any other Jinja failure)."""
+    try:
+        return ENV.from_string(source).render(**variables), None
+    except TemplateError as e:
+        return None, str(e)
+    except Exception:  # noqa: BLE001 - any Jinja failure must be a kiln failure too
+        return None, ""
+
+
+def kiln_render(source_path, variables):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
+        json.dump({**variables, "now": NOW}, f, ensure_ascii=False)
+        path = f.name
+    try:
+        r = subprocess.run([RENDER, str(source_path), path], capture_output=True)
+    finally:
+        os.unlink(path)
+    if r.returncode not in (0, 1):
+        pytest.fail(f"renderer crashed ({r.returncode}): {r.stderr.decode(errors='replace')}")
+    return r.returncode == 0, r.stdout.decode() if r.returncode == 0 else r.stderr.decode()
+
+
+def variables_for(conversation, add_generation_prompt):
+    v = {"bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": add_generation_prompt, "tools": None, "documents": None}
+    v.update(conversation)
+    return v
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.stem)
+def test_matches_jinja(template):
+    source = template.read_text(encoding="utf-8")
+    mismatches = []
+    for name, conversation in CONVERSATIONS.items():
+        for gen in (True, False):
+            variables = variables_for(conversation, gen)
+            want, raised = jinja_render(source, variables)
+            ok, got = kiln_render(template, variables)
+            case = f"{name} add_generation_prompt={gen}"
+            if raised is None and not ok:
+                mismatches.append(f"{case}: kiln failed: {got}")
+            elif raised is None and got != want:
+                mismatches.append(f"{case}:\n  jinja: {want!r}\n  kiln:  {got!r}")
+            elif raised is not None and ok:
+                mismatches.append(f"{case}: jinja failed ({raised!r}) but kiln rendered {got!r}")
+            elif raised and raised not in got:
+                mismatches.append(f"{case}: kiln's error {got!r} lacks the template's message {raised!r}")
+    assert not mismatches, "\n".join(mismatches)
+
+
+def test_templates_present():
+    names = {p.stem for p in TEMPLATES}
+    assert len(names) >= 15, names
+
+
+def test_syntax_error_names_line():
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write("{% for m in messages %}\n{{ m.content }\n{% endfor %}")
+        path = f.name
+    try:
+        ok, err = kiln_render(path, variables_for(CONVERSATIONS["user_only"], True))
+    finally:
+        os.unlink(path)
+    assert not ok and "line 2" in err, err
+
+
+def test_raise_exception_reported():
+    gemma = SHARED / "templates" / "google-gemma-2-2b-it.jinja"
+    ok, err = kiln_render(gemma, variables_for(CONVERSATIONS["not_alternating"], True))
+    assert not ok and "Conversation roles must alternate user/assistant/user/assistant/..." in err, err
