@@ -152,7 +152,8 @@ def test_dequantize_every_model_tensor():
         qtype = T(tensor.tensor_type)
         seen.add(qtype)
         raw = np.asarray(tensor.data).view(np.uint8).reshape(-1)
-        ours = lib.dequantize(qtype, raw, ISAS[-1])
-        ref = reference_dequantize(qtype, raw.reshape(-1, QUANT_SIZES[qtype][1]))
-        assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32)), tensor.name
+        ref = reference_dequantize(qtype, raw.reshape(-1, QUANT_SIZES[qtype][1])).view(np.uint32)
+        for isa in ISAS:
+            ours = lib.dequantize(qtype, raw, isa)
+            assert np.array_equal(ours.view(np.uint32), ref), (tensor.name, isa)
     assert {T.Q4_1, T.Q8_0, T.F32} <= seen
