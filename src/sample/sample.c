@@ -1,0 +1,222 @@
+/* The sampling chain over a candidate array allocated once per sampler. */
+#include "sample/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sample/rng.h"
+
+typedef struct candidate {
+    int32_t id;
+    float logit;
+} candidate;
+
+struct kiln_sampler {
+    kiln_sampler_params p;
+    int n_vocab;
+    kiln_rng rng;
+    candidate *cand;  /* n_vocab */
+    float *logits;    /* penalized logits, n_vocab */
+    int32_t *history; /* ring of the last history_cap tokens */
+    int history_cap, history_len, history_head;
+    int32_t *counts;  /* appearances of each token in the history window, n_vocab */
+};
+
+kiln_sampler_params kiln_sampler_default_params(void) {
+    return (kiln_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                 .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = KILN_SEED_RANDOM};
+}
+
+int kiln_sampler_new(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out, kiln_error *err) {
+    *out = NULL;
+    if (n_vocab < 1) return kiln_fail(err, "sampler: vocabulary size %d", n_vocab);
+    if (p->n_top_logprobs < 0 || p->n_top_logprobs > KILN_MAX_TOP_LOGPROBS)
+        return kiln_fail(err, "top logprobs %d is out of range (0..%d)", p->n_top_logprobs, KILN_MAX_TOP_LOGPROBS);
+    if (p->top_k < 0) return kiln_fail(err, "top-k %d must not be negative", p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) return kiln_fail(err, "top-p %g must be in (0, 1]", p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return kiln_fail(err, "min-p %g must be in [0, 1]", p->min_p);
+    if (!(p->repeat_penalty > 0.0f)) return kiln_fail(err, "repeat penalty %g must be positive", p->repeat_penalty);
+    kiln_sampler *s = calloc(1, sizeof *s);
+    if (!s) return kiln_fail(err, "out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->history_cap = p->repeat_last_n < 0 ? 1 << 20 : (p->repeat_last_n > 0 ? p->repeat_last_n : 1);
+    s->cand = malloc(sizeof *s->cand * (size_t)n_vocab);
+    s->logits = malloc(sizeof *s->logits * (size_t)n_vocab);
+    s->history = malloc(sizeof *s->history * (size_t)s->history_cap);
+    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    if (!s->cand || !s->logits || !s->history || !s->counts) {
+        kiln_sampler_free(s);
+        return kiln_fail(err, "out of memory for the sampler");
+    }
+    if (s->p.seed == KILN_SEED_RANDOM) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s->p.seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+    }
+    kiln_sampler_reset(s);
+    *out = s;
+    return 0;
+}
+
+void kiln_sampler_free(kiln_sampler *s) {
+    if (!s) return;
+    free(s->cand);
+    free(s->logits);
+    free(s->history);
+    free(s->counts);
+    free(s);
+}
+
+void kiln_sampler_reset(kiln_sampler *s) {
+    kiln_rng_seed(&s->rng, s->p.seed);
+    s->history_len = s->history_head = 0;
+    memset(s->counts, 0, sizeof *s->counts * (size_t)s->n_vocab);
+}
+
+void kiln_sampler_accept(kiln_sampler *s, int32_t token) {
+    if (token < 0 || token >= s->n_vocab || s->p.repeat_last_n == 0) return;
+    if (s->history_len == s->history_cap) {
+        s->counts[s->history[s->history_head]]--; /* the oldest leaves the window */
+    } else {
+        s->history_len++;
+    }
+    s->history[s->history_head] = token;
+    s->history_head = (s->history_head + 1) % s->history_cap;
+    s->counts[token]++;
+}
+
+static void apply_penalties(kiln_sampler *s) {
+    const kiln_sampler_params *p = &s->p;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    for (int i = 0; i < s->history_len; i++) {
+        int32_t t = s->history[i];
+        if (s->counts[t] <= 0) continue;
+        float *l = &s->logits[t];
+        *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+        *l -= (float)s->counts[t] * p->frequency_penalty + p->presence_penalty;
+        s->counts[t] = -s->counts[t]; /* mark as done: a token repeated in the window is penalized once */
+    }
+    for (int i = 0; i < s->history_len; i++)
+        if (s->counts[s->history[i]] < 0) s->counts[s->history[i]] = -s->counts[s->history[i]];
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int by_logit_desc(const void *a, const void *b) {
+    float x = ((const candidate *)a)->logit, y = ((const candidate *)b)->logit;
+    if (x != y) return x < y ? 1 : -1;
+    return ((const candidate *)a)->id - ((const candidate *)b)->id; /* ties: lower id first, for determinism */
+}
+
+/* Moves the k largest candidates to the front, sorted (quickselect, then a sort of the k). */
+static void partial_sort(candidate *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        candidate pivot = c[(lo + hi) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (by_logit_desc(&c[i], &pivot) < 0) i++;
+            while (by_logit_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                candidate t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+    qsort(c, (size_t)k, sizeof *c, by_logit_desc);
+}
+
+/* Fills the top-N alternatives and the chosen token's log-probability from the penalized logits. */
+static void fill_info(kiln_sampler *s, int32_t token, kiln_sample_info *info) {
+    int n = s->n_vocab;
+    float max = s->logits[argmax(s->logits, n)];
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += expf(s->logits[i] - max);
+    float log_z = max + (float)log(sum);
+    info->token = token;
+    info->logprob = s->logits[token] - log_z;
+    info->n_top = s->p.n_top_logprobs;
+    if (!info->n_top) return;
+    for (int i = 0; i < n; i++) s->cand[i] = (candidate){i, s->logits[i]};
+    partial_sort(s->cand, n, info->n_top);
+    for (int i = 0; i < info->n_top; i++) {
+        info->top_tokens[i] = s->cand[i].id;
+        info->top_logprobs[i] = s->cand[i].logit - log_z;
+    }
+}
+
+/* top-k, top-p, min-p on the sorted candidates (probabilities at temperature 1, as the reference chain has
+ * temperature last); returns how many survive. Sorts only as far as the cut needs. */
+static int truncate_candidates(kiln_sampler *s) {
+    const kiln_sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    for (int i = 0; i < n; i++) s->cand[i] = (candidate){i, s->logits[i]};
+    int keep = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    float max = s->logits[argmax(s->logits, n)];
+    double total = 0;
+    for (int i = 0; i < n; i++) total += expf(s->logits[i] - max);
+
+    /* sort a growing prefix until it holds the top-p mass (or everything kept) */
+    int sorted = keep < 64 ? keep : 64;
+    for (;;) {
+        partial_sort(s->cand, n, sorted);
+        double mass = 0;
+        int cut = sorted;
+        for (int i = 0; i < sorted; i++) {
+            mass += expf(s->cand[i].logit - max);
+            if (p->top_p < 1.0f && mass >= p->top_p * total) {
+                cut = i + 1;
+                break;
+            }
+        }
+        if (cut < sorted || sorted == keep) {
+            keep = cut < keep ? cut : keep;
+            break;
+        }
+        sorted = sorted * 4 < keep ? sorted * 4 : keep;
+    }
+    if (p->min_p > 0.0f) {
+        float floor_logit = max + logf(p->min_p);
+        int m = 1;
+        while (m < keep && s->cand[m].logit >= floor_logit) m++;
+        keep = m;
+    }
+    return keep;
+}
+
+int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits, kiln_sample_info *info) {
+    memcpy(s->logits, logits, sizeof *logits * (size_t)s->n_vocab);
+    apply_penalties(s);
+    int32_t token;
+    if (s->p.temperature <= 0.0f) {
+        token = argmax(s->logits, s->n_vocab);
+    } else {
+        int keep = truncate_candidates(s);
+        float inv_t = 1.0f / s->p.temperature, top = s->cand[0].logit;
+        double sum = 0;
+        for (int i = 0; i < keep; i++) sum += exp((double)((s->cand[i].logit - top) * inv_t));
+        double r = (double)kiln_rng_uniform(&s->rng) * sum, acc = 0;
+        token = s->cand[keep - 1].id;
+        for (int i = 0; i < keep; i++) {
+            acc += exp((double)((s->cand[i].logit - top) * inv_t));
+            if (r < acc) {
+                token = s->cand[i].id;
+                break;
+            }
+        }
+    }
+    if (info) fill_info(s, token, info);
+    return token;
+}
