@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "format/gguf.h"
+#include "format/safetensors.h"
 
 #define GGUF_MAGIC "GGUF"
 #define MIN_KV_BYTES 13u     /* key length, one key byte, value type */
@@ -459,7 +460,6 @@ int kiln_gguf_open(const char *path, kiln_gguf **out, kiln_error *err) {
 int kiln_model_file_open(const char *path, kiln_gguf **out, kiln_error *err) {
     struct stat st;
     *out = NULL;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return kiln_fail(err, "%s: model folders (safetensors) are not supported yet", path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return kiln_safetensors_open_dir(path, out, err);
     return kiln_gguf_open(path, out, err);
 }
