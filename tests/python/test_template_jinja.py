@@ -114,6 +114,14 @@ CONVERSATIONS = {
         ],
         "tools": [WEATHER_TOOL],
     },
+    "thinking": {
+        "messages": [
+            user("Think first."),
+            assistant("<think>\nLet me see.\n</think>\n\nThe answer is 4."),
+            user("And again?"),
+            {"role": "assistant", "content": "Still 4.", "reasoning_content": "Same sum."},
+        ]
+    },
     "content_parts": {
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe this."}]}],
     },
