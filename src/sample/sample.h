@@ -7,23 +7,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kiln.h"
 #include "util/error.h"
 
-#define KILN_SEED_RANDOM UINT64_MAX
-#define KILN_MAX_TOP_LOGPROBS 20
-
-typedef struct kiln_sampler_params {
-    float temperature;       /* <= 0: greedy (argmax) */
-    int top_k;               /* keep the k most likely; 0: off */
-    float top_p;             /* keep the smallest set with probability >= p; 1: off */
-    float min_p;             /* drop tokens below min_p * p(most likely); 0: off */
-    float repeat_penalty;    /* divides positive (multiplies negative) logits of recent tokens; 1: off */
-    int repeat_last_n;       /* how many recent tokens the penalties look at; -1: all */
-    float presence_penalty;  /* subtracted once from tokens that appeared */
-    float frequency_penalty; /* subtracted per appearance */
-    uint64_t seed;           /* KILN_SEED_RANDOM: from the clock */
-    int n_top_logprobs;      /* 0..KILN_MAX_TOP_LOGPROBS alternatives to report */
-} kiln_sampler_params;
+/* The parameters are the public kiln_sampling_params. */
+typedef kiln_sampling_params kiln_sampler_params;
 
 /* Defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, no penalties (repeat_last_n 64), random seed. */
 kiln_sampler_params kiln_sampler_default_params(void);

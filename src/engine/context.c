@@ -1,0 +1,98 @@
+/* Contexts: an executor (fast or reference), the tokens its KV cache holds, and the last logits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+kiln_context_params kiln_context_default_params(void) {
+    return (kiln_context_params){.n_ctx = 0, .n_threads = 0, .n_batch = 0};
+}
+
+static int make_executor(kiln_context *c, kiln_error *err) {
+    const kiln_model *m = c->model;
+    if (c->params.reference) return kiln_ref_init(&c->ref, &m->cfg, &m->w, c->params.n_ctx, err);
+    kiln_cpu_params cp = {.n_ctx = c->params.n_ctx, .n_batch = c->params.n_batch, .n_threads = c->params.n_threads,
+                          .kv_type = c->params.kv_f32 ? KILN_TYPE_F32 : KILN_TYPE_F16};
+    return kiln_cpu_new(&m->cfg, &m->w, &cp, &c->cpu, err);
+}
+
+kiln_context *kiln_context_new(kiln_model *m, const kiln_context_params *p, char *err, size_t err_size) {
+    kiln_error e = {{0}};
+    kiln_context *c = calloc(1, sizeof *c);
+    if (!c) {
+        kiln_fail(&e, "out of memory");
+        kiln_error_export(&e, err, err_size);
+        return NULL;
+    }
+    c->model = m;
+    c->params = p ? *p : kiln_context_default_params();
+    if (c->params.n_ctx <= 0) c->params.n_ctx = m->cfg.n_ctx_train < 4096 ? m->cfg.n_ctx_train : 4096;
+    if (c->params.n_batch <= 0) c->params.n_batch = 512;
+    if (c->params.n_batch > c->params.n_ctx) c->params.n_batch = c->params.n_ctx;
+    if (make_executor(c, &e)) goto fail;
+    c->tokens = malloc(sizeof *c->tokens * (size_t)c->params.n_ctx);
+    c->logits = malloc(sizeof *c->logits * (size_t)m->cfg.n_vocab);
+    if (!c->tokens || !c->logits) {
+        kiln_fail(&e, "out of memory for a context of %d tokens", c->params.n_ctx);
+        goto fail;
+    }
+    return c;
+fail:
+    kiln_error_export(&e, err, err_size);
+    kiln_context_free(c);
+    return NULL;
+}
+
+void kiln_context_free(kiln_context *c) {
+    if (!c) return;
+    if (c->params.reference) kiln_ref_free(&c->ref);
+    else kiln_cpu_free(c->cpu);
+    free(c->tokens);
+    free(c->logits);
+    free(c);
+}
+
+int kiln_context_n_ctx(const kiln_context *c) { return c->params.n_ctx; }
+int kiln_context_n_threads(const kiln_context *c) { return c->params.reference ? 1 : kiln_cpu_n_threads(c->cpu); }
+const kiln_model *kiln_context_model(const kiln_context *c) { return c->model; }
+
+static int ref_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
+                    kiln_error *err) {
+    int V = c->model->cfg.n_vocab;
+    if (pos < 0 || (int64_t)pos + n > c->params.n_ctx)
+        return kiln_fail(err, "context full: %d tokens at position %d exceed the context of %d tokens (raise --ctx)", n,
+                         pos, c->params.n_ctx);
+    for (int i = 0; i < n; i++) {
+        float *out = all_logits ? logits + (size_t)i * V : logits;
+        if (kiln_ref_forward(&c->ref, ids[i], pos + i, out, err)) return -1;
+    }
+    return 0;
+}
+
+int kiln_ctx_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
+                  kiln_error *err) {
+    if (pos > c->n_past) return kiln_fail(err, "evaluation at position %d leaves a gap after %d cached tokens", pos,
+                                          c->n_past);
+    float *out = logits ? logits : c->logits;
+    bool all = logits && all_logits;
+    int rc = c->params.reference ? ref_eval(c, ids, n, pos, out, all, err)
+                                 : kiln_cpu_forward(c->cpu, ids, n, pos, out, all, err);
+    if (rc) return -1;
+    memcpy(c->tokens + pos, ids, sizeof *ids * (size_t)n);
+    c->n_past = pos + n;
+    if (out != c->logits) {
+        size_t V = (size_t)c->model->cfg.n_vocab;
+        memcpy(c->logits, out + (all ? (size_t)(n - 1) * V : 0), sizeof(float) * V);
+    }
+    return 0;
+}
+
+int kiln_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits, char *err,
+              size_t err_size) {
+    kiln_error e = {{0}};
+    if (kiln_ctx_eval(c, ids, n, pos, logits, all_logits, &e)) {
+        kiln_error_export(&e, err, err_size);
+        return -1;
+    }
+    return 0;
+}
