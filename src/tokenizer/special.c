@@ -8,13 +8,26 @@
 
 #include "tokenizer/tok_impl.h"
 
-static const kiln_tokenizer *sort_ctx; /* qsort has no context argument; build is not reentrant per tokenizer */
+typedef struct by_len {
+    uint32_t len;
+    int32_t id;
+} by_len;
 
-static int by_length_desc(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = sort_ctx->tokens[x].text_len, ly = sort_ctx->tokens[y].text_len;
-    if (lx != ly) return lx > ly ? -1 : 1;
-    return x < y ? -1 : x > y;
+static int longest_first(const void *a, const void *b) {
+    const by_len *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The special tokens, longest text first (ties by id). */
+static int sort_specials(kiln_tokenizer *t) {
+    by_len *v = malloc((size_t)(t->n_specials ? t->n_specials : 1) * sizeof *v);
+    if (!v) return -1;
+    for (int32_t i = 0; i < t->n_specials; i++) v[i] = (by_len){t->tokens[t->specials[i]].text_len, t->specials[i]};
+    qsort(v, (size_t)t->n_specials, sizeof *v, longest_first);
+    for (int32_t i = 0; i < t->n_specials; i++) t->specials[i] = v[i].id;
+    free(v);
+    return 0;
 }
 
 static int32_t *trie_head(kiln_tokenizer *t, int32_t parent, uint8_t byte) {
@@ -60,8 +73,7 @@ int kiln_special_init(kiln_tokenizer *t) {
         if ((t->tokens[i].attr & special) && t->tokens[i].text_len) t->specials[n++] = i;
     }
     t->n_specials = n;
-    sort_ctx = t;
-    qsort(t->specials, (size_t)n, sizeof *t->specials, by_length_desc);
+    if (sort_specials(t)) return -1;
     for (int32_t i = 0; i < 256; i++) t->trie_root[i] = -1;
     for (int32_t r = 0; r < n; r++) {
         t->special_rank[t->specials[r]] = r;

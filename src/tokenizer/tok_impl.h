@@ -57,6 +57,9 @@ struct kiln_tokenizer {
 
     /* SPM byte fallback: the <0xXX> token of each byte (or -1) */
     int32_t byte_token[256];
+    /* SPM: no piece has U+2581 after another character, so no merge crosses the start of a word and each word can
+     * be merged on its own (same result, much smaller queues) */
+    bool spm_words;
 
     /* BPE: every string that is a vocab entry or a merge part gets a symbol id; merges map a symbol pair to its
      * rank and the merged symbol */
@@ -83,6 +86,7 @@ int kiln_idbuf_push(kiln_idbuf *b, int32_t id);
 
 /* Encoders of one run of plain text (no special tokens in it), appending to out. Return 0 or -1 (out of memory). */
 int kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, kiln_idbuf *out);
+void kiln_spm_init(kiln_tokenizer *t);
 int kiln_bpe_encode(const kiln_tokenizer *t, const char *text, size_t len, kiln_idbuf *out, kiln_error *err);
 
 /* Builds the BPE symbol tables from the merges; called by kiln_tokenizer_build. */

@@ -213,7 +213,7 @@ static void fill_decoded(kiln_tokenizer *t) {
     }
 }
 
-static void init_spm_bytes(kiln_tokenizer *t) {
+static void init_spm(kiln_tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         char piece[8];
         snprintf(piece, sizeof piece, "<0x%02X>", b);
@@ -223,6 +223,7 @@ static void init_spm_bytes(kiln_tokenizer *t) {
             t->byte_token[b] = kiln_strmap_get(&t->by_text, &c, 1);
         }
     }
+    kiln_spm_init(t);
 }
 
 static void set_flags(kiln_tokenizer *t, const kiln_vocab_spec *s) {
@@ -271,7 +272,7 @@ int kiln_tokenizer_build(const kiln_vocab_spec *s, kiln_tokenizer **out, kiln_er
         goto fail;
     }
     if (t->kind == KILN_VOCAB_SPM) {
-        init_spm_bytes(t);
+        init_spm(t);
     } else {
         if (kiln_bpe_init(t, s, err)) goto fail;
         if (kiln_pretok_compile(t->pretok, &t->pre_re, err)) goto fail;

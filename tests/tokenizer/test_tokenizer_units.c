@@ -104,6 +104,24 @@ static void test_spm_merges_by_score(void **state) {
     kiln_tokenizer_free(t);
 }
 
+/* A piece with U+2581 after a letter: merges may cross word starts, so the text is merged as one sequence. */
+static void test_spm_piece_across_words(void **state) {
+    static vocab v;
+    memset(&v, 0, sizeof v);
+    add(&v, "<unk>", 0, 2);
+    add(&v, "a", -5, 1);
+    add(&v, "b", -5, 1);
+    add(&v, "\xE2\x96\x81", -5, 1);
+    add(&v, "a\xE2\x96\x81", -1, 1);
+    add(&v, "\xE2\x96\x81" "b", -2, 1);
+    kiln_vocab_spec s;
+    kiln_vocab_spec_init(&s);
+    s.add_space_prefix = 0;
+    kiln_tokenizer *t = build(&v, &s, "llama");
+    expect(t, "a b", false, false, IDS(4, 2));
+    kiln_tokenizer_free(t);
+}
+
 static void test_spm_space_prefix_and_bos(void **state) {
     kiln_tokenizer *t = spm_vocab(-1.0f, -0.5f, -1, true); /* absent: SPM's default is on */
     expect(t, "a", false, false, IDS(SPM_SP_A));
@@ -348,6 +366,7 @@ static void test_utf8_helpers(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spm_merges_by_score),
+        cmocka_unit_test(test_spm_piece_across_words),
         cmocka_unit_test(test_spm_space_prefix_and_bos),
         cmocka_unit_test(test_spm_byte_fallback_and_unknown),
         cmocka_unit_test(test_detok_streams_whole_characters),
