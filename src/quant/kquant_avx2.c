@@ -9,6 +9,15 @@
 #include "quant/quant.h"
 
 /* 8 unsigned / signed bytes (low half of v) -> floats, times dl, minus ml */
+/* F16C conversion: exact like kiln_half_to_float, without its branches */
+static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
+
+/* The unpacked scale words as a vector, built from registers: a 128-bit load right after four 32-bit stores
+ * would stall on store forwarding. */
+static inline __m128i words_vec(const uint32_t w[4]) {
+    return _mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]);
+}
+
 static inline void store8_affine(float *dst, __m128i v, __m256 dl, __m256 ml) {
     __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
     _mm256_storeu_ps(dst, _mm256_sub_ps(_mm256_mul_ps(dl, f), ml));
@@ -43,7 +52,7 @@ static void dequantize_row_q2_K(const void *src, float *dst, int64_t n) {
     const block_q2_K *x = src;
     const __m256i m3 = _mm256_set1_epi8(3);
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
         const uint8_t *sc = x[i].scales;
         for (int half = 0; half < QK_K / 128; half++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
@@ -68,7 +77,7 @@ static inline __m256i q3_group(__m256i q, __m256i hm, int k) {
 static void dequantize_row_q3_K(const void *src, float *dst, int64_t n) {
     const block_q3_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d);
+        const float d = half_to_float(x[i].d);
         int8_t sc[16];
         kquant_unpack_q3_scales(x[i].scales, sc);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
@@ -85,7 +94,7 @@ static void dequantize_row_q4_K(const void *src, float *dst, int64_t n) {
     const block_q4_K *x = src;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
         uint8_t sm[16];
         kquant_unpack_k4(x[i].scales, sm);
         for (int j = 0; j < QK_K / 64; j++, dst += 64) {
@@ -109,7 +118,7 @@ static inline void q5_pair(const uint8_t *qs, __m256i qh, int j, __m256i *lo, __
 static void dequantize_row_q5_K(const void *src, float *dst, int64_t n) {
     const block_q5_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
         uint8_t sm[16];
         kquant_unpack_k4(x[i].scales, sm);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
@@ -136,7 +145,7 @@ static inline void q6_chunk(const uint8_t *ql, const uint8_t *qh, __m256i g[4]) 
 static void dequantize_row_q6_K(const void *src, float *dst, int64_t n) {
     const block_q6_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d);
+        const float d = half_to_float(x[i].d);
         for (int c = 0; c < QK_K / 128; c++) {
             __m256i g[4];
             q6_chunk(x[i].ql + 64 * c, x[i].qh + 32 * c, g);
@@ -186,7 +195,8 @@ static float vec_dot_q2_K(int64_t n, const void *vx, const void *vy) {
     const block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
+    /* the min terms accumulate apart, which halves the loop-carried dependency chain */
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = bsum_dot(_mm_and_si128(_mm_srli_epi16(sc, 4), m4), y[i].bsums, 0);
@@ -198,12 +208,12 @@ static float vec_dot_q2_K(int64_t n, const void *vx, const void *vy) {
             for (int k = 0; k < 4; k++, s += 2, q8 += 32)
                 sumi = _mm256_add_epi32(sumi, dot32(_mm256_and_si256(srl16(q, 2 * k), m3), q8, s[0] & 0xF, s[1] & 0xF));
         }
-        const float dall = y[i].d * kiln_half_to_float(x[i].d);
-        const float dmin = y[i].d * kiln_half_to_float(x[i].dmin);
+        const float dall = y[i].d * half_to_float(x[i].d);
+        const float dmin = y[i].d * half_to_float(x[i].dmin);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(mins), acc);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins), acc_m);
     }
-    return hsum_ps(acc);
+    return hsum_ps(_mm256_sub_ps(acc, acc_m));
 }
 
 static float vec_dot_q3_K(int64_t n, const void *vx, const void *vy) {
@@ -213,7 +223,7 @@ static float vec_dot_q3_K(int64_t n, const void *vx, const void *vy) {
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint32_t words[4];
         kquant_unpack_q3_words(x[i].scales, words);
-        const __m128i sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)words), _mm_set1_epi8(32));
+        const __m128i sc = _mm_sub_epi8(words_vec(words), _mm_set1_epi8(32));
         int8_t s[16];
         _mm_storeu_si128((__m128i *)s, sc);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
@@ -225,26 +235,27 @@ static float vec_dot_q3_K(int64_t n, const void *vx, const void *vy) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (k / 4)));
             sumi = _mm256_add_epi32(sumi, dot32(q3_group(q, hm, k), q8, s[2 * k], s[2 * k + 1]));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * kiln_half_to_float(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);
 }
 
 /* The Q4_K/Q5_K block tail: scales, and mins through the bsums (each min covers two 16-sums). */
-static inline __m256 k4_accumulate(__m256 acc, __m256i sumi, const uint32_t words[4], const int16_t *bsums, float d,
-                                   float dmin) {
-    const __m128i mins = _mm_loadl_epi64((const __m128i *)(words + 2));
+static inline void k4_accumulate(__m256 *acc, __m256 *acc_m, __m256i sumi, const uint32_t words[4],
+                                 const int16_t *bsums, float d, float dmin) {
+    const __m128i mins = _mm_unpackhi_epi64(words_vec(words), words_vec(words));
     const __m256i m = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins)),
                                         _mm256_loadu_si256((const __m256i *)bsums));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    return _mm256_fmadd_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(m), acc);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *acc);
+    *acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(m), *acc_m);
 }
 
 static float vec_dot_q4_K(int64_t n, const void *vx, const void *vy) {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
+    /* the min terms accumulate apart, which halves the loop-carried dependency chain */
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint32_t words[4];
         kquant_unpack_k4_words(x[i].scales, words);
@@ -254,18 +265,20 @@ static float vec_dot_q4_K(int64_t n, const void *vx, const void *vy) {
         for (int j = 0; j < QK_K / 64; j++, q8 += 64) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             sumi = _mm256_add_epi32(sumi, dot32(_mm256_and_si256(q, m4), q8, sc[2 * j], sc[2 * j]));
-            sumi = _mm256_add_epi32(sumi, dot32(_mm256_and_si256(srl16(q, 4), m4), q8 + 32, sc[2 * j + 1], sc[2 * j + 1]));
+            const __m256i hi = _mm256_and_si256(srl16(q, 4), m4);
+            sumi = _mm256_add_epi32(sumi, dot32(hi, q8 + 32, sc[2 * j + 1], sc[2 * j + 1]));
         }
-        acc = k4_accumulate(acc, sumi, words, y[i].bsums, y[i].d * kiln_half_to_float(x[i].d),
-                            y[i].d * kiln_half_to_float(x[i].dmin));
+        k4_accumulate(&acc, &acc_m, sumi, words, y[i].bsums, y[i].d * half_to_float(x[i].d),
+                      y[i].d * half_to_float(x[i].dmin));
     }
-    return hsum_ps(acc);
+    return hsum_ps(_mm256_sub_ps(acc, acc_m));
 }
 
 static float vec_dot_q5_K(int64_t n, const void *vx, const void *vy) {
     const block_q5_K *x = vx;
     const block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
+    /* the min terms accumulate apart, which halves the loop-carried dependency chain */
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint32_t words[4];
         kquant_unpack_k4_words(x[i].scales, words);
@@ -279,10 +292,10 @@ static float vec_dot_q5_K(int64_t n, const void *vx, const void *vy) {
             sumi = _mm256_add_epi32(sumi, dot32(lo, q8, sc[2 * j], sc[2 * j]));
             sumi = _mm256_add_epi32(sumi, dot32(hi, q8 + 32, sc[2 * j + 1], sc[2 * j + 1]));
         }
-        acc = k4_accumulate(acc, sumi, words, y[i].bsums, y[i].d * kiln_half_to_float(x[i].d),
-                            y[i].d * kiln_half_to_float(x[i].dmin));
+        k4_accumulate(&acc, &acc_m, sumi, words, y[i].bsums, y[i].d * half_to_float(x[i].d),
+                      y[i].d * half_to_float(x[i].dmin));
     }
-    return hsum_ps(acc);
+    return hsum_ps(_mm256_sub_ps(acc, acc_m));
 }
 
 static float vec_dot_q6_K(int64_t n, const void *vx, const void *vy) {
@@ -300,7 +313,7 @@ static float vec_dot_q6_K(int64_t n, const void *vx, const void *vy) {
             q6_chunk(x[i].ql + 64 * c, x[i].qh + 32 * c, g);
             for (int k = 0; k < 4; k++, q8 += 32, sc += 2) sumi = _mm256_add_epi32(sumi, dot32(g[k], q8, sc[0], sc[1]));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * kiln_half_to_float(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);
 }

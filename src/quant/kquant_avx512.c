@@ -11,6 +11,15 @@
 #include "quant/quant.h"
 
 /* 16 bytes -> 16 floats: dl * q - ml (unsigned) or dl * q (signed) */
+/* F16C conversion: exact like kiln_half_to_float, without its branches */
+static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
+
+/* The unpacked scale words as a vector, built from registers: a 128-bit load right after four 32-bit stores
+ * would stall on store forwarding. */
+static inline __m128i words_vec(const uint32_t w[4]) {
+    return _mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]);
+}
+
 static inline void store16_affine(float *dst, __m128i v, float dl, float ml) {
     const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
     _mm512_storeu_ps(dst, _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), f), _mm512_set1_ps(ml)));
@@ -69,7 +78,7 @@ static inline __m512i q6_pair(const uint8_t *ql, const uint8_t *qh, int p) {
 static void dequantize_row_q2_K(const void *src, float *dst, int64_t n) {
     const block_q2_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
         const uint8_t *sc = x[i].scales;
         for (int h = 0; h < 2; h++)
             for (int p = 0; p < 2; p++) {
@@ -83,7 +92,7 @@ static void dequantize_row_q2_K(const void *src, float *dst, int64_t n) {
 static void dequantize_row_q3_K(const void *src, float *dst, int64_t n) {
     const block_q3_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d);
+        const float d = half_to_float(x[i].d);
         int8_t sc[16];
         kquant_unpack_q3_scales(x[i].scales, sc);
         int is = 0;
@@ -98,7 +107,7 @@ static void dequantize_row_q3_K(const void *src, float *dst, int64_t n) {
 static void dequantize_row_q4_K(const void *src, float *dst, int64_t n) {
     const block_q4_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
         uint8_t sm[16];
         kquant_unpack_k4(x[i].scales, sm);
         for (int j = 0; j < QK_K / 64; j++) {
@@ -114,7 +123,7 @@ static void dequantize_row_q4_K(const void *src, float *dst, int64_t n) {
 static void dequantize_row_q5_K(const void *src, float *dst, int64_t n) {
     const block_q5_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d), dmin = kiln_half_to_float(x[i].dmin);
+        const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
         uint8_t sm[16];
         kquant_unpack_k4(x[i].scales, sm);
         for (int j = 0; j < QK_K / 64; j++) {
@@ -130,7 +139,7 @@ static void dequantize_row_q5_K(const void *src, float *dst, int64_t n) {
 static void dequantize_row_q6_K(const void *src, float *dst, int64_t n) {
     const block_q6_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = kiln_half_to_float(x[i].d);
+        const float d = half_to_float(x[i].d);
         const int8_t *sc = x[i].scales;
         for (int c = 0; c < QK_K / 128; c++)
             for (int p = 0; p < 2; p++) {
@@ -179,7 +188,8 @@ static inline __m512i bsum_dot(__m128i scale_bytes, const int16_t *bsums, bool i
 static inline float vec_dot_q2_K_impl(int64_t n, const void *vx, const void *vy, bool vnni) {
     const block_q2_K *x = vx;
     const block_q8_K *y = vy;
-    __m512 acc = _mm512_setzero_ps();
+    /* the min terms accumulate apart, which halves the loop-carried dependency chain */
+    __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m512i mins = bsum_dot(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0xF)), y[i].bsums, false);
@@ -190,12 +200,12 @@ static inline float vec_dot_q2_K_impl(int64_t n, const void *vx, const void *vy,
                 const int g = 2 * h + p;
                 sumi = dot64(sumi, q2_pair(x[i].qs, h, p), y[i].qs + 64 * g, pick_scales(scales, 4 * g, 4), vnni);
             }
-        const float dall = y[i].d * kiln_half_to_float(x[i].d);
-        const float dmin = y[i].d * kiln_half_to_float(x[i].dmin);
+        const float dall = y[i].d * half_to_float(x[i].d);
+        const float dmin = y[i].d * half_to_float(x[i].dmin);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(-dmin), _mm512_cvtepi32_ps(mins), acc);
+        acc_m = _mm512_fmadd_ps(_mm512_set1_ps(dmin), _mm512_cvtepi32_ps(mins), acc_m);
     }
-    return block_sum(acc);
+    return block_sum(_mm512_sub_ps(acc, acc_m));
 }
 
 static inline float vec_dot_q3_K_impl(int64_t n, const void *vx, const void *vy, bool vnni) {
@@ -205,7 +215,7 @@ static inline float vec_dot_q3_K_impl(int64_t n, const void *vx, const void *vy,
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint32_t words[4];
         kquant_unpack_q3_words(x[i].scales, words);
-        const __m128i sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)words), _mm_set1_epi8(32));
+        const __m128i sc = _mm_sub_epi8(words_vec(words), _mm_set1_epi8(32));
         const __m512i scales = scale_words(_mm512_cvtepi8_epi32(sc), vnni);
         /* weights are stored as (0..7) - 4: the -4 goes through the bsums */
         __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsum_dot(sc, y[i].bsums, true), 2));
@@ -215,14 +225,14 @@ static inline float vec_dot_q3_K_impl(int64_t n, const void *vx, const void *vy,
                 sumi = dot64(sumi, q3_pair(x[i].qs, x[i].hmask, h, p), y[i].qs + 64 * g, pick_scales(scales, 4 * g, 4),
                              vnni);
             }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * kiln_half_to_float(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
     }
     return block_sum(acc);
 }
 
 /* Q4_K/Q5_K mins: each min covers two 16-sums */
 static inline __m512i k4_mins(const uint32_t words[4], const int16_t *bsums) {
-    const __m128i mins = _mm_loadl_epi64((const __m128i *)(words + 2));
+    const __m128i mins = _mm_unpackhi_epi64(words_vec(words), words_vec(words));
     const __m256i m = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins)),
                                         _mm256_loadu_si256((const __m256i *)bsums));
     return _mm512_zextsi256_si512(m);
@@ -232,24 +242,25 @@ static inline float vec_dot_k4_impl(int64_t n, const void *vx, const void *vy, b
     const uint8_t *xb = vx;
     const block_q8_K *y = vy;
     const size_t size = five_bits ? sizeof(block_q5_K) : sizeof(block_q4_K);
-    __m512 acc = _mm512_setzero_ps();
+    /* the min terms accumulate apart, which halves the loop-carried dependency chain */
+    __m512 acc = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++, xb += size) {
         /* Q4_K and Q5_K share d, dmin and scales at the same offsets; Q5_K adds qh before qs */
         const block_q4_K *x4 = (const block_q4_K *)xb;
         const block_q5_K *x5 = (const block_q5_K *)xb;
         uint32_t words[4];
         kquant_unpack_k4_words(x4->scales, words);
-        const __m512i scales = scale_words(_mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)words)), vnni);
+        const __m512i scales = scale_words(_mm512_cvtepu8_epi32(words_vec(words)), vnni);
         __m512i sumi = _mm512_setzero_si512();
         for (int j = 0; j < QK_K / 64; j++) {
             const __m512i q = five_bits ? q5_pair(x5->qs, x5->qh, j) : q4_pair(x4->qs, j);
             sumi = dot64(sumi, q, y[i].qs + 64 * j, pick_scales(scales, 2 * j, 8), vnni);
         }
-        const float d = y[i].d * kiln_half_to_float(x4->d), dmin = y[i].d * kiln_half_to_float(x4->dmin);
+        const float d = y[i].d * half_to_float(x4->d), dmin = y[i].d * half_to_float(x4->dmin);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(-dmin), _mm512_cvtepi32_ps(k4_mins(words, y[i].bsums)), acc);
+        acc_m = _mm512_fmadd_ps(_mm512_set1_ps(dmin), _mm512_cvtepi32_ps(k4_mins(words, y[i].bsums)), acc_m);
     }
-    return block_sum(acc);
+    return block_sum(_mm512_sub_ps(acc, acc_m));
 }
 
 static inline float vec_dot_q6_K_impl(int64_t n, const void *vx, const void *vy, bool vnni) {
@@ -267,7 +278,7 @@ static inline float vec_dot_q6_K_impl(int64_t n, const void *vx, const void *vy,
                 sumi = dot64(sumi, q6_pair(x[i].ql + 64 * c, x[i].qh + 32 * c, p), y[i].qs + 64 * g,
                              pick_scales(scales, 4 * g, 4), vnni);
             }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * kiln_half_to_float(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
     }
     return block_sum(acc);
 }
@@ -280,7 +291,9 @@ static float vec_dot_q6_K(int64_t n, const void *x, const void *y) { return vec_
 
 static float vec_dot_q2_K_vnni(int64_t n, const void *x, const void *y) { return vec_dot_q2_K_impl(n, x, y, true); }
 static float vec_dot_q3_K_vnni(int64_t n, const void *x, const void *y) { return vec_dot_q3_K_impl(n, x, y, true); }
-static float vec_dot_q4_K_vnni(int64_t n, const void *x, const void *y) { return vec_dot_k4_impl(n, x, y, false, true); }
+static float vec_dot_q4_K_vnni(int64_t n, const void *x, const void *y) {
+    return vec_dot_k4_impl(n, x, y, false, true);
+}
 static float vec_dot_q5_K_vnni(int64_t n, const void *x, const void *y) { return vec_dot_k4_impl(n, x, y, true, true); }
 static float vec_dot_q6_K_vnni(int64_t n, const void *x, const void *y) { return vec_dot_q6_K_impl(n, x, y, true); }
 

@@ -186,7 +186,8 @@ void kiln_quantize_row_q2_K(const float *src, void *dst, int64_t n) {
         y[i].d = y[i].dmin = 0;
         if (max_scale > 0) {
             const float iscale = q4scale / max_scale;
-            for (int j = 0; j < QK_K / 16; j++) y[i].scales[j] = (uint8_t)clampi(nearest_int(iscale * scales[j]), 0, 15);
+            for (int j = 0; j < QK_K / 16; j++)
+                y[i].scales[j] = (uint8_t)clampi(nearest_int(iscale * scales[j]), 0, 15);
             y[i].d = kiln_float_to_half(max_scale / q4scale);
         }
         if (max_min > 0) {
