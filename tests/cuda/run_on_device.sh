@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs the CUDA tests and benchmarks on a GPU machine from binaries built elsewhere and copied into .devrun/
 # (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, models/: test models).
-# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [gemv] [model] [decode MODEL...]
+# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [gemv] [model] [synth] [decode MODEL...]
+# (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf)
 set -u
 out=$1; shift
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,7 +20,11 @@ while [ $# -gt 0 ]; do
     memcheck) run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_kernels" ;;
     racecheck) run compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/cuda_kernels" ;;
     gemv) run "$bin/bench_cuda_gemv" ;;
-    model) run "$bin/cuda_model" ;;
+    model) export KILN_CUDA_TEST_MODELS="$(ls "$root"/.devrun/models/*.gguf | tr '\n' ' ')"; run "$bin/cuda_model" ;;
+    synth) # random Q4_K_M files at the reference shapes, made here (the generator's gguf package travels in .devrun/py)
+        for shape in qwen2-1.5b llama3-8b; do
+            [ -e /tmp/$shape.gguf ] || PYTHONPATH=$root/.devrun/py run python3 "$root/tests/cuda/make_model.py" $shape q4_k_m /tmp/$shape.gguf
+        done ;;
     decode) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_decode" "$1"; shift; done; continue ;;
     *) echo "unknown stage $1"; status=1 ;;
     esac

@@ -1,0 +1,94 @@
+/* Whole-model speed on the GPU, as llama-bench reports it: pp (prompt tokens per second, one batch), TTFT of a
+ * 128-token prompt, and tg (greedy tokens per second from an empty context through the captured decode step), with
+ * tg as a share of the roofline: copy bandwidth measured in the same run / weight bytes read per token.
+ * usage: bench_cuda_decode MODEL.gguf [n_prompt=512] [n_gen=128] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cuda/cuda_backend.h"
+#include "format/gguf.h"
+#include "model/model.h"
+
+#define RUNS 3
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t) {
+    qsort(t, RUNS, sizeof *t, cmp_double);
+    return t[RUNS / 2];
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s MODEL.gguf [n_prompt] [n_gen]\n", argv[0]);
+        return 2;
+    }
+    int n_prompt = argc > 2 ? atoi(argv[2]) : 512, n_gen = argc > 3 ? atoi(argv[3]) : 128;
+    kiln_error err = {{0}};
+    char desc[256];
+    if (kiln_cuda_probe(desc, sizeof desc, &err)) {
+        printf("bench_cuda_decode: skipped: %s\n", err.msg);
+        return 0;
+    }
+    double bw;
+    kiln_gguf *g = NULL;
+    kiln_config cfg;
+    kiln_weights w = {0};
+    kiln_cuda_model *cm = NULL;
+    kiln_cuda_context *ctx = NULL;
+    if (kiln_cuda_measure_copy_bandwidth(&bw, &err) || kiln_gguf_open(argv[1], &g, &err) ||
+        kiln_config_load(g, &cfg, &err) || kiln_weights_load(g, &cfg, &w, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    double t0 = now();
+    if (kiln_cuda_model_load(&cfg, &w, &cm, &err) || kiln_cuda_context_new(cm, n_prompt + n_gen + 1, n_prompt, &ctx, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    double t_load = now() - t0;
+    int32_t *tokens = malloc(sizeof(int32_t) * (n_prompt > n_gen ? n_prompt : n_gen));
+    float *logits = malloc(sizeof(float) * cfg.n_vocab);
+    for (int i = 0; i < n_prompt; i++) tokens[i] = rand() % cfg.n_vocab;
+    double pp[RUNS], ttft[RUNS], tg[RUNS];
+    int ttft_n = n_prompt < 128 ? n_prompt : 128;
+    for (int r = -1; r < RUNS; r++) { /* run -1 warms up: module load, cuBLAS heuristics, graph capture */
+        t0 = now();
+        if (kiln_cuda_eval(ctx, tokens, n_prompt, 0, logits, &err)) break;
+        double t1 = now();
+        if (kiln_cuda_eval(ctx, tokens, ttft_n, 0, logits, &err)) break;
+        double t2 = now();
+        if (kiln_cuda_generate_greedy(ctx, tokens[0], 0, n_gen, tokens, &err)) break;
+        double t3 = now();
+        if (r >= 0) pp[r] = n_prompt / (t1 - t0), ttft[r] = (t2 - t1) * 1e3, tg[r] = n_gen / (t3 - t2);
+    }
+    if (err.msg[0]) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    uint64_t bpt = kiln_weights_bytes_per_token(&w);
+    double roof = bw / (double)bpt, tgm = median(tg);
+    printf("device: %s; copy bandwidth %.0f GB/s\n", desc, bw / 1e9);
+    printf("model: %s (%s, %d layers, n_embd %d, vocab %d), %.1f MiB on the GPU, %.1f MiB read per token, load %.2f s\n",
+           argv[1], cfg.arch->name, cfg.n_layer, cfg.n_embd, cfg.n_vocab, kiln_cuda_model_bytes(cm) / 1048576.0,
+           bpt / 1048576.0, t_load);
+    printf("pp%d %.0f tok/s | TTFT(%d) %.2f ms | tg%d %.1f tok/s = %.1f%% of roofline %.0f tok/s | %s\n", n_prompt,
+           median(pp), ttft_n, median(ttft), n_gen, tgm, 100 * tgm / roof, roof,
+           kiln_cuda_context_uses_graph(ctx) ? "graph" : "eager");
+    free(tokens), free(logits);
+    kiln_cuda_context_free(ctx);
+    kiln_cuda_model_free(cm);
+    kiln_weights_free(&w);
+    kiln_gguf_close(g);
+    return 0;
+}
