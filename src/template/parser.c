@@ -246,7 +246,7 @@ static tpl_node *parse_postfix(parser *P, tpl_node *n) {
             next(P);
             n = parse_subscript(P, n, t->pos);
         } else if (is_op(t, "(")) {
-            tpl_node *call = new_node(P, NODE_CALL, t->pos);
+            tpl_node *call = new_node(P, NODE_CALL, n->pos);
             call->a = n;
             parse_args(P, call);
             n = call;
@@ -291,7 +291,7 @@ static tpl_node *parse_filter_expr(parser *P, tpl_node *n) {
             next(P);
             n = parse_test(P, n, t->pos);
         } else if (is_op(t, "(")) {
-            tpl_node *call = new_node(P, NODE_CALL, t->pos);
+            tpl_node *call = new_node(P, NODE_CALL, n->pos);
             call->a = n;
             parse_args(P, call);
             n = call;
@@ -599,7 +599,12 @@ static tpl_nodes parse_until(parser *P, const char *const *ends, tpl_str *which)
     for (;;) {
         const tpl_token *t = peek(P);
         if (t->kind == TOK_EOF) {
-            if (ends) tpl_fail(P->c, t->pos, "unexpected end of template: expected '%s'", ends[0]);
+            if (ends) {
+                char want[128] = "";
+                for (const char *const *e = ends; *e; e++)
+                    snprintf(want + strlen(want), sizeof want - strlen(want), "%s'%s'", e == ends ? "" : " or ", *e);
+                tpl_fail(P->c, t->pos, "unexpected end of template: expected %s", want);
+            }
             break;
         }
         if (t->kind == TOK_TEXT) {

@@ -132,12 +132,6 @@ static int render(const kiln_template *t, add_messages_fn add, const void *messa
     /* transformers passes these even when the caller has none */
     set_global(S, "tools", tpl_none());
     set_global(S, "documents", tpl_none());
-    add(S, messages, n);
-    set_global(S, "add_generation_prompt", tpl_bool(opts && opts->add_generation_prompt));
-    if (opts) {
-        set_str_global(S, "bos_token", opts->bos_token);
-        set_str_global(S, "eos_token", opts->eos_token);
-    }
     if (opts && opts->extra) {
         if (!json_is_object(opts->extra)) tpl_fail(S->c, -1, "extra variables must be a JSON object");
         const char *key;
@@ -145,6 +139,13 @@ static int render(const kiln_template *t, add_messages_fn add, const void *messa
         json_object_foreach((json_t *)opts->extra, key, v) {
             set_global(S, tpl_cstr(S->c, key, strlen(key)).s.p, from_json(S, v, 0));
         }
+    }
+    /* the named arguments win over extra variables of the same name */
+    add(S, messages, n);
+    set_global(S, "add_generation_prompt", tpl_bool(opts && opts->add_generation_prompt));
+    if (opts) {
+        set_str_global(S, "bos_token", opts->bos_token);
+        set_str_global(S, "eos_token", opts->eos_token);
     }
     tpl_exec(S, &t->body);
     tpl_str s = tpl_sb_str(&job->out);

@@ -32,7 +32,8 @@ typedef struct kiln_chat_opts {
     bool add_generation_prompt;
     const char *bos_token; /* NULL: the variable is left undefined, as HF does when the tokenizer has none */
     const char *eos_token;
-    const json_t *extra; /* optional JSON object: more variables (tools, documents, date_string, ...) */
+    const json_t *extra; /* optional JSON object: more variables (tools, documents, date_string, ...); tools and
+                            documents are None unless given here, as in transformers */
     int64_t now;         /* seconds since the epoch that strftime_now formats (local time); 0: the current time */
 } kiln_chat_opts;
 
@@ -52,5 +53,9 @@ extern const char KILN_TEMPLATE_CHATML[];
  * model has none, prints a warning to stderr, parses ChatML instead and sets *is_fallback (if non-NULL). */
 int kiln_template_from_gguf(const kiln_gguf *g, const char *name, kiln_template **out, bool *is_fallback,
                             kiln_error *err);
+
+/* The text of the model's BOS and EOS tokens (tokenizer.ggml.bos_token_id/eos_token_id into tokenizer.ggml.tokens),
+ * as HF hands them to templates; NULL where the model has none. The strings belong to g. */
+void kiln_template_special_tokens(const kiln_gguf *g, const char **bos_token, const char **eos_token);
 
 #endif
