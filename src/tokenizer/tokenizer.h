@@ -61,6 +61,7 @@ const char *kiln_token_bytes(const kiln_tokenizer *t, int32_t id, bool render_sp
 const char *kiln_token_piece(const kiln_tokenizer *t, int32_t id);
 
 int kiln_tokenizer_n_vocab(const kiln_tokenizer *t);
+size_t kiln_tokenizer_max_token_bytes(const kiln_tokenizer *t); /* longest kiln_token_bytes of any token */
 int32_t kiln_token_bos(const kiln_tokenizer *t); /* -1 if none */
 int32_t kiln_token_eos(const kiln_tokenizer *t);
 int32_t kiln_token_eot(const kiln_tokenizer *t); /* -1 if none */
@@ -86,8 +87,8 @@ typedef struct kiln_detok {
  * after init if that space must be kept. */
 void kiln_detok_init(kiln_detok *d);
 /* Appends the printable bytes of token id to out (capacity cap); returns bytes written. Bytes that do not fit are
- * dropped, so give cap >= the token's byte length + 8 (64 + longest token is always enough). Invalid UTF-8 in the
- * token stream comes out as U+FFFD. */
+ * dropped, so give cap >= kiln_tokenizer_max_token_bytes(t) + 16. Invalid UTF-8 in the token stream comes out as
+ * U+FFFD. */
 size_t kiln_detok_push(kiln_detok *d, const kiln_tokenizer *t, int32_t id, char *out, size_t cap);
 /* Flushes what is left (an incomplete tail becomes U+FFFD). */
 size_t kiln_detok_flush(kiln_detok *d, char *out, size_t cap);

@@ -332,6 +332,13 @@ int kiln_tokenizer_load(const kiln_gguf *g, kiln_tokenizer **out, kiln_error *er
 }
 
 int kiln_tokenizer_n_vocab(const kiln_tokenizer *t) { return t->n_vocab; }
+
+size_t kiln_tokenizer_max_token_bytes(const kiln_tokenizer *t) {
+    size_t m = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (t->tokens[i].bytes_len > m) m = t->tokens[i].bytes_len;
+    return m;
+}
 int32_t kiln_token_bos(const kiln_tokenizer *t) { return t->bos; }
 int32_t kiln_token_eos(const kiln_tokenizer *t) { return t->eos; }
 int32_t kiln_token_eot(const kiln_tokenizer *t) { return t->eot; }
