@@ -248,6 +248,7 @@ static int read_kvs(cursor *c, uint64_t n_kv, positions *pos) {
         uint64_t key_at = c->pos;
         if (read_string(c, KILN_GGUF_MAX_KEY, "key", &kv->key)) return -1;
         if (kv->key.len == 0) return fail_at(c, key_at, "key", "empty key");
+        if (strlen(kv->key.ptr) != kv->key.len) return fail_at(c, key_at, "key", "contains a NUL byte");
         g->n_kv = i + 1;
         snprintf(c->ctx, sizeof c->ctx, " of key '%.120s'", kv->key.ptr);
         kiln_gguf_vtype t = KILN_GGUF_UINT8;
@@ -333,6 +334,7 @@ static int read_tensor_infos(cursor *c, uint64_t n_tensors, positions *pos) {
         uint64_t name_at = c->pos;
         if (read_string(c, KILN_GGUF_MAX_TENSOR_NAME, "tensor name", &t->name)) return -1;
         if (t->name.len == 0) return fail_at(c, name_at, "tensor name", "empty name");
+        if (strlen(t->name.ptr) != t->name.len) return fail_at(c, name_at, "tensor name", "contains a NUL byte");
         g->n_tensors = i + 1;
         snprintf(c->ctx, sizeof c->ctx, " of tensor '%.120s'", t->name.ptr);
         if (read_dims(c, t) || read_tensor_type(c, t) || read_u64(c, &t->offset, "offset")) return -1;

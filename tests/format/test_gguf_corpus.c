@@ -235,6 +235,18 @@ static void test_duplicates(void **state) {
     expect_error("duplicate_tensor", &s, "duplicate tensor name 'a'");
 }
 
+/* Names are looked up as C strings, so a NUL inside one would make its entry unreachable. */
+static void test_nul_in_names(void **state) {
+    (void)state;
+    gguf_sample s;
+    gguf_sample_build(&s, 0);
+    s.bytes[gguf_sample_at(&s, "kv3") + 9] = '\0'; /* "u8" -> "u\0" */
+    expect_error("key_with_nul", &s, "NUL byte");
+    gguf_sample_build(&s, 0);
+    s.bytes[gguf_sample_at(&s, "tensor0") + 8] = '\0';
+    expect_error("tensor_name_with_nul", &s, "NUL byte");
+}
+
 static void test_array_nesting_limit(void **state) {
     (void)state;
     gguf_sample s;
@@ -308,6 +320,7 @@ int main(void) {
         cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_hostile_fields),
         cmocka_unit_test(test_duplicates),
+        cmocka_unit_test(test_nul_in_names),
         cmocka_unit_test(test_array_nesting_limit),
         cmocka_unit_test(test_random_damage),
         cmocka_unit_test(test_files_on_disk),
