@@ -128,6 +128,19 @@ static void test_valid_sample_reads_back(void **state) {
     kiln_gguf_close(g);
 }
 
+static void test_version_2_reads(void **state) {
+    (void)state;
+    gguf_sample s;
+    gguf_sample_build(&s, 0);
+    gguf_sample_put_u32(&s, "version", 2);
+    kiln_gguf *g;
+    kiln_error err;
+    assert_int_equal(kiln_gguf_open_memory(s.bytes, s.size, "sample.gguf", &g, &err), 0);
+    assert_int_equal(g->version, 2);
+    assert_int_equal(g->n_tensors, 3);
+    kiln_gguf_close(g);
+}
+
 static void test_truncated_everywhere(void **state) {
     (void)state;
     gguf_sample s;
@@ -317,6 +330,7 @@ static void test_files_on_disk(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_sample_reads_back),
+        cmocka_unit_test(test_version_2_reads),
         cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_hostile_fields),
         cmocka_unit_test(test_duplicates),
