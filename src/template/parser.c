@@ -359,9 +359,10 @@ static tpl_node *parse_math1(parser *P) {
     }
 }
 
-/* Comparison operators as single characters: '=' ==, '!' !=, '<', 'l' <=, '>', 'g' >=, 'i' in, 'I' not in. */
+/* Comparison operators as single characters: '=' ==, '!' !=, '<', 'l' <=, '>', 'g' >=, 'i' in, 'I' not in.
+ * Chains mean what they mean in Python: a < b < c is (a < b) and (b < c). */
 static tpl_node *parse_compare(parser *P) {
-    tpl_node *a = parse_math1(P);
+    tpl_node *a = parse_math1(P), *chain = NULL;
     for (;;) {
         const tpl_token *t = peek(P);
         int op = is_op(t, "==") ? '=' : is_op(t, "!=") ? '!' : is_op(t, "<") ? '<' : is_op(t, "<=") ? 'l'
@@ -370,9 +371,11 @@ static tpl_node *parse_compare(parser *P) {
             next(P);
             op = 'I';
         }
-        if (!op) return a;
+        if (!op) return chain ? chain : a;
         next(P);
-        a = binary(P, op, t->pos, a, parse_math1(P));
+        tpl_node *cmp = binary(P, op, t->pos, a, parse_math1(P));
+        chain = chain ? binary(P, 'a', t->pos, chain, cmp) : cmp;
+        a = cmp->b;
     }
 }
 

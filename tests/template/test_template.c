@@ -69,6 +69,7 @@ static void test_expressions(void **state) {
     check("{{ 1 == 1.0 }} {{ 'b' in 'abc' }} {{ 3 not in [1, 2] }} {{ not none }}", "True True True True");
     check("{{ (1, 2) }} {{ (1,) }} {{ 'abc'[::-1] }} {{ 'héllo'[1:3] }} {{ [1, 2, 3][-1] }}", "(1, 2) (1,) cba él 3");
     check("{{ 'a' 'b' }}", "ab");
+    check("{{ 0 < 20 < 10 }} {{ 0 < 5 < 10 }} {{ 1 == 1 == 1 }} {{ 'a' in 'abc' in 'xabcx' }}", "False True True True");
 }
 
 static void test_statements(void **state) {
