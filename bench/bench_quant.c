@@ -94,7 +94,8 @@ static void bench_memory(size_t bytes) {
     memset(m.src, 1, bytes);
     memset(m.dst, 0, bytes);
     double copy = measure(memcpy_pass, &m, bytes), read = measure(read_pass, &m, bytes);
-    printf("memory: memcpy %.1f GB/s (bytes copied), read %.1f GB/s (summing 64-bit words)\n\n", copy / 1e9, read / 1e9);
+    printf("memory: memcpy %.1f GB/s (bytes copied), read %.1f GB/s (summing 64-bit words)\n\n", copy / 1e9,
+           read / 1e9);
     free(m.src);
     free(m.dst);
 }
@@ -121,7 +122,8 @@ static void bench_type(kiln_type type, size_t weight_bytes, const float *source_
         const kiln_quant_ops *ops = kiln_quant_ops_get(type, (kiln_isa)isa);
         kernel_ctx k = {ops, weights, row_bytes, rows, row_out, make_activations(ops, source_row)};
         size_t bytes = (size_t)rows * row_bytes;
-        printf("%-6s %-7s %12.2f", kiln_type_name(type), kiln_isa_name((kiln_isa)isa), measure(dequantize_pass, &k, bytes) / 1e9);
+        double dequantize = measure(dequantize_pass, &k, bytes);
+        printf("%-6s %-7s %12.2f", kiln_type_name(type), kiln_isa_name((kiln_isa)isa), dequantize / 1e9);
         if (k.activations)
             printf(" %12.2f\n", measure(vec_dot_pass, &k, bytes) / 1e9);
         else
@@ -144,7 +146,8 @@ int main(int argc, char **argv) {
     float *source_row = malloc(ROW * sizeof(float)), *row_out = malloc(ROW * sizeof(float));
     fill_random(source_row, ROW, 42);
     printf("bench_quant: %zu MiB of weights per type, rows of %d, one thread; best ISA %s%s\n", mib, ROW,
-           kiln_isa_name(kiln_cpu_isa()), kiln_quant_level_supported(KILN_LEVEL_AVX512_VNNI) ? " (VNNI dot products)" : "");
+           kiln_isa_name(kiln_cpu_isa()),
+           kiln_quant_level_supported(KILN_LEVEL_AVX512_VNNI) ? " (VNNI dot products)" : "");
     bench_memory(weight_bytes);
     printf("%-6s %-7s %12s %12s\n", "type", "isa", "dequant GB/s", "vec_dot GB/s");
     for (int t = 0; t < KILN_TYPE_COUNT; t++) {

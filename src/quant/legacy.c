@@ -263,7 +263,8 @@ static float quantize_block_8bit(const float *x, int8_t *qs) {
 
 static void quantize_row_q8_0(const float *src, void *dst, int64_t n) {
     block_q8_0 *b = dst;
-    for (int64_t i = 0; i < n / QK8_0; i++, src += QK8_0) b[i].d = kiln_float_to_half(quantize_block_8bit(src, b[i].qs));
+    for (int64_t i = 0; i < n / QK8_0; i++, src += QK8_0)
+        b[i].d = kiln_float_to_half(quantize_block_8bit(src, b[i].qs));
 }
 
 static float vec_dot_q8_0_q8_0(int64_t n, const void *vx, const void *vy) {

@@ -164,6 +164,14 @@ static inline __m256i dot_i8_i8(__m256i x, __m256i y) {
     return dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
+/* (x - bias) . y for unsigned x, as dot(x, y) - dot(bias, y): cheaper than moving signs, and the int16 step stays
+ * within range for any y. */
+static inline __m256i dot_biased(__m256i ux, __m256i sy, int bias) {
+    __m256i bias_sums = _mm256_maddubs_epi16(_mm256_set1_epi8((char)bias), sy);
+    __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(ux, sy), bias_sums);
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -180,9 +188,9 @@ static float vec_dot_q4_0_q8_0(int64_t n, const void *vx, const void *vy) {
     const block_q8_0 *y = vy;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK4_0; i++) {
-        __m256i qx = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
         __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_i8_i8(qx, qy)), acc);
+        __m256i dot = dot_biased(unpack_nibbles(x[i].qs), qy, 8);
+        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot), acc);
     }
     return hsum(acc);
 }
@@ -207,9 +215,8 @@ static float vec_dot_q5_0_q8_0(int64_t n, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK5_0; i++) {
         __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh));
-        qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(16));
         __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_i8_i8(qx, qy)), acc);
+        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_biased(qx, qy, 16)), acc);
     }
     return hsum(acc);
 }

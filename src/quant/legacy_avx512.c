@@ -171,15 +171,32 @@ ALWAYS_INLINE __m512i dot_i8_i8(__m512i x, __m512i y, const bool vnni) {
     return dot_u8_i8(_mm512_abs_epi8(x), y_signed, vnni);
 }
 
+/* (x - bias) . y for unsigned x, as dot(x, y) - dot(bias, y): cheaper than moving signs, and the int16 step stays
+ * within range for any y. */
+ALWAYS_INLINE __m512i dot_biased(__m512i ux, __m512i sy, const int bias, const bool vnni) {
+    const __m512i b = _mm512_set1_epi8((char)bias);
+    if (vnni) {
+        __m512i zero = _mm512_setzero_si512();
+        return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, ux, sy), _mm512_dpbusd_epi32(zero, b, sy));
+    }
+    __m512i pairs = _mm512_sub_epi16(_mm512_maddubs_epi16(ux, sy), _mm512_maddubs_epi16(b, sy));
+    return _mm512_madd_epi16(pairs, _mm512_set1_epi16(1));
+}
+
+/* The integer block dot of each symmetric type: Q4_0 and Q5_0 quants are unsigned with a bias of 8 and 16. */
+ALWAYS_INLINE __m512i dot_q4_0(__m512i qx, __m512i qy, const bool vnni) { return dot_biased(qx, qy, 8, vnni); }
+ALWAYS_INLINE __m512i dot_q5_0(__m512i qx, __m512i qy, const bool vnni) { return dot_biased(qx, qy, 16, vnni); }
+ALWAYS_INLINE __m512i dot_q8_0(__m512i qx, __m512i qy, const bool vnni) { return dot_i8_i8(qx, qy, vnni); }
+
 static inline float scale_of(kiln_half dx, kiln_half dy) { return half_to_float(dx) * half_to_float(dy); }
 
 static inline __m256i q8_quants(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
 
-/* Signed weight quants of one block of a symmetric type. */
-static inline __m256i quants_q4_0(const block_q4_0 *b) { return _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8)); }
+/* Weight quants of one block as stored: unsigned for Q4_0/Q5_0 (their bias is applied in the dot), signed for Q8_0. */
+static inline __m256i quants_q4_0(const block_q4_0 *b) { return nibbles32(b->qs); }
 
 static inline __m256i quants_q5_0(const block_q5_0 *b) {
-    return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh)), _mm256_set1_epi8(16));
+    return _mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh));
 }
 
 static inline __m256i quants_q8_0(const block_q8_0 *b) { return q8_quants(b->qs); }
@@ -193,13 +210,13 @@ static inline __m256i quants_q5_1(const block_q5_1 *b) {
 
 /* One step over blocks i and i + 1 of a symmetric type with Q8_0 activations: d_x d_y * dot(q_x, q_y) per block.
  * Without `pair` only block i is read (the last block of an odd count). */
-#define VEC_DOT_SYMMETRIC(name, block_type, quants)                                                                 \
+#define VEC_DOT_SYMMETRIC(name, block_type, quants, dot)                                                            \
     ALWAYS_INLINE __m512 name##_step(const block_type *x, const block_q8_0 *y, __m512 acc, const bool pair,          \
                                      const bool vnni) {                                                              \
         __m512i qx = join(quants(&x[0]), pair ? quants(&x[1]) : _mm256_setzero_si256());                             \
         __m512i qy = join(q8_quants(y[0].qs), pair ? q8_quants(y[1].qs) : _mm256_setzero_si256());                   \
         __m512 d = join_scales(scale_of(x[0].d, y[0].d), pair ? scale_of(x[1].d, y[1].d) : 0.0f);                   \
-        return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8_i8(qx, qy, vnni)), acc);                                 \
+        return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot(qx, qy, vnni)), acc);                                       \
     }                                                                                                                \
     ALWAYS_INLINE float name##_impl(int64_t n, const void *vx, const void *vy, const bool vnni) {                  \
         const block_type *x = vx;                                                                                    \
@@ -235,9 +252,9 @@ static inline __m256i quants_q5_1(const block_q5_1 *b) {
         return _mm512_reduce_add_ps(acc) + offsets;                                                                  \
     }
 
-VEC_DOT_SYMMETRIC(vec_dot_q4_0_q8_0, block_q4_0, quants_q4_0)
-VEC_DOT_SYMMETRIC(vec_dot_q5_0_q8_0, block_q5_0, quants_q5_0)
-VEC_DOT_SYMMETRIC(vec_dot_q8_0_q8_0, block_q8_0, quants_q8_0)
+VEC_DOT_SYMMETRIC(vec_dot_q4_0_q8_0, block_q4_0, quants_q4_0, dot_q4_0)
+VEC_DOT_SYMMETRIC(vec_dot_q5_0_q8_0, block_q5_0, quants_q5_0, dot_q5_0)
+VEC_DOT_SYMMETRIC(vec_dot_q8_0_q8_0, block_q8_0, quants_q8_0, dot_q8_0)
 VEC_DOT_OFFSET(vec_dot_q4_1_q8_1, block_q4_1, quants_q4_1)
 VEC_DOT_OFFSET(vec_dot_q5_1_q8_1, block_q5_1, quants_q5_1)
 

@@ -31,8 +31,8 @@ ISAS = lib.cpu_isas()
 
 def random_halves(rng, count):
     """Finite halves of both signs spread over the whole exponent range, subnormals and zero included."""
-    bits = rng.integers(0, 0x7C00, size=count, dtype=np.uint16) | (rng.integers(0, 2, size=count, dtype=np.uint16) << 15)
-    return bits
+    magnitude = rng.integers(0, 0x7C00, size=count, dtype=np.uint16)
+    return magnitude | (rng.integers(0, 2, size=count, dtype=np.uint16) << 15)
 
 
 def random_blocks(rng, qtype, n_blocks):

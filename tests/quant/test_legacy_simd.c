@@ -86,7 +86,8 @@ static void check_dequantize(const kiln_quant_family *f, const kiln_quant_entry 
         random_row(c, row, n);
         ref->dequantize(row, want, n);
         e->ops.dequantize(row, got, n);
-        if (memcmp(want, got, (size_t)n * sizeof *got) != 0) fail_msg("%s %s dequantize differs", f->name, kiln_type_name(e->type));
+        if (memcmp(want, got, (size_t)n * sizeof *got) != 0)
+            fail_msg("%s %s dequantize differs", f->name, kiln_type_name(e->type));
     }
     free(row);
     free(want);
