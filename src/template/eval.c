@@ -6,7 +6,7 @@
 
 #include "template/eval.h"
 
-enum { MAX_CALL_DEPTH = 100 };
+enum { MAX_CALL_DEPTH = 100, MAX_EVAL_DEPTH = 1000 };
 static const uint64_t MAX_STEPS = 10000000;
 static const size_t MAX_REPEAT = (size_t)64 << 20; /* bytes or items a '*' may produce */
 
@@ -395,7 +395,7 @@ static tpl_value eval_call(tpl_state *S, const tpl_node *n, tpl_value caller) {
     return tpl_call(S, fn, &a);
 }
 
-static tpl_value eval(tpl_state *S, const tpl_node *n) {
+static tpl_value eval_node(tpl_state *S, const tpl_node *n) {
     tpl_value v;
     switch (n->kind) {
     case NODE_CONST: return n->value;
@@ -434,6 +434,14 @@ static tpl_value eval(tpl_state *S, const tpl_node *n) {
         return n->c ? eval(S, n->c) : tpl_undef(S->c, "the inline if-expression evaluated to false and no else section was defined");
     default: tpl_fail(S->c, n->pos, "statement used as an expression");
     }
+}
+
+/* Long operator or attribute chains nest as deep as they are long; bound them so the stack is safe. */
+static tpl_value eval(tpl_state *S, const tpl_node *n) {
+    if (++S->eval_depth > MAX_EVAL_DEPTH) tpl_fail(S->c, n->pos, "expression nested too deep");
+    tpl_value v = eval_node(S, n);
+    S->eval_depth--;
+    return v;
 }
 
 /* ---- statements ---- */

@@ -12,6 +12,7 @@ typedef struct tpl_state {
     tpl_scope *scope;   /* innermost: a loop iteration or a macro call */
     tpl_sb *out;
     int depth;          /* macro call nesting */
+    int eval_depth;     /* expression nesting */
     uint64_t steps;     /* loop iterations so far, bounded so a bad template cannot spin forever */
     int64_t now;        /* strftime_now's clock */
 } tpl_state;

@@ -149,6 +149,35 @@ static void test_errors(void **state) {
     check_error("{% for i in range(100000000) %}{% endfor %}", NULL, "range too large");
 }
 
+/* Pathological templates fail cleanly instead of exhausting the stack. */
+static char *repeat_between(const char *head, const char *unit, size_t n, const char *tail) {
+    size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+    char *s = malloc(hl + ul * n + tl + 1);
+    assert_non_null(s);
+    memcpy(s, head, hl);
+    for (size_t i = 0; i < n; i++) memcpy(s + hl + i * ul, unit, ul);
+    memcpy(s + hl + ul * n, tail, tl + 1);
+    return s;
+}
+
+/* Pathological templates fail cleanly instead of exhausting the stack. */
+static void test_deep_chains(void **state) {
+    (void)state;
+    const size_t n = 100000;
+    char *src = repeat_between("{{ 1", "+1", n, " }}");
+    check_error(src, NULL, "nested too deep");
+    free(src);
+    src = repeat_between("{{ x", ".a", n, " }}");
+    check_error(src, "{\"x\": {}}", "nested too deep");
+    free(src);
+    src = repeat_between("{{ ", "-", n, "1 }}");
+    check_error(src, NULL, "nesting too deep");
+    free(src);
+    src = repeat_between("", "{% if true %}", n, "");
+    check_error(src, NULL, "nesting too deep");
+    free(src);
+}
+
 static void test_simple_messages(void **state) {
     (void)state;
     kiln_template *t = NULL;
@@ -169,7 +198,7 @@ int main(void) {
         cmocka_unit_test(test_statements),         cmocka_unit_test(test_filters_and_methods),
         cmocka_unit_test(test_tests),              cmocka_unit_test(test_undefined),
         cmocka_unit_test(test_chat_vars),          cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_simple_messages),
+        cmocka_unit_test(test_simple_messages),    cmocka_unit_test(test_deep_chains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
