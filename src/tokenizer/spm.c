@@ -88,12 +88,21 @@ static size_t word_end(const char *text, size_t start, size_t len) {
 }
 
 int kiln_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, kiln_idbuf *out) {
-    if (len == 0) return 0;
-    spm_symbol *sym = malloc(len * sizeof *sym);
+    spm_symbol *sym = NULL;
+    size_t cap = 0;
     kiln_merge_heap heap = {0};
-    int rc = sym ? 0 : -1;
+    int rc = 0;
     for (size_t start = 0; start < len && !rc;) {
         size_t end = t->spm_words ? word_end(text, start, len) : len;
+        if (end - start > cap) { /* symbols for the longest word so far, not for the whole text */
+            spm_symbol *s = realloc(sym, (end - start) * sizeof *s);
+            if (!s) {
+                rc = -1;
+                break;
+            }
+            sym = s;
+            cap = end - start;
+        }
         rc = encode_piece(t, text + start, end - start, sym, &heap, out);
         start = end;
     }
