@@ -178,10 +178,30 @@ static inline float hsum_ps(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* 32 weight bytes (0..63) times 32 activations; the first 16 products scaled by sa, the last 16 by sb. */
-static inline __m256i dot32(__m256i q, const int8_t *q8, int sa, int sb) {
+/* 16 scale bytes as 16-bit words, in two vectors (scales 0-7, 8-15), each holding its 8 words in both lanes so that
+ * one in-lane byte shuffle picks a scale for each lane. */
+typedef struct scale_words {
+    __m256i half[2];
+} scale_words;
+
+static inline scale_words widen_scales(__m128i bytes, int is_signed) {
+    const __m128i hi_bytes = _mm_srli_si128(bytes, 8);
+    const __m128i lo = is_signed ? _mm_cvtepi8_epi16(bytes) : _mm_cvtepu8_epi16(bytes);
+    const __m128i hi = is_signed ? _mm_cvtepi8_epi16(hi_bytes) : _mm_cvtepu8_epi16(hi_bytes);
+    return (scale_words){{_mm256_broadcastsi128_si256(lo), _mm256_broadcastsi128_si256(hi)}};
+}
+
+/* 16-bit lanes 0-7 = scale a, 8-15 = scale b; a and b in the same half (a / 8 == b / 8) */
+static inline __m256i scale_pair(const scale_words *w, int a, int b) {
+    const short pick_a = (short)(0x0100 * (2 * (a % 8) + 1) + 2 * (a % 8));
+    const short pick_b = (short)(0x0100 * (2 * (b % 8) + 1) + 2 * (b % 8));
+    return _mm256_shuffle_epi8(w->half[a / 8], _mm256_set_m128i(_mm_set1_epi16(pick_b), _mm_set1_epi16(pick_a)));
+}
+
+/* 32 weight bytes (0..63) times 32 activations, each 16-bit pair of products times its lane's scale */
+static inline __m256i dot32(__m256i q, const int8_t *q8, __m256i scales) {
     const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)q8));
-    return _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa)));
+    return _mm256_madd_epi16(p, scales);
 }
 
 /* sum_j scales16[j] * bsums[j] over the 16 sub-blocks, as 8 int32 partial sums */
@@ -200,13 +220,16 @@ static float vec_dot_q2_K(int64_t n, const void *vx, const void *vy) {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins = bsum_dot(_mm_and_si128(_mm_srli_epi16(sc, 4), m4), y[i].bsums, 0);
-        const uint8_t *s = x[i].scales;
+        const scale_words w = widen_scales(_mm_and_si128(sc, m4), 0);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
         for (int half = 0; half < QK_K / 128; half++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
-            for (int k = 0; k < 4; k++, s += 2, q8 += 32)
-                sumi = _mm256_add_epi32(sumi, dot32(_mm256_and_si256(srl16(q, 2 * k), m3), q8, s[0] & 0xF, s[1] & 0xF));
+            for (int k = 0; k < 4; k++, q8 += 32) {
+                const int s = 8 * half + 2 * k;
+                const __m256i v = _mm256_and_si256(srl16(q, 2 * k), m3);
+                sumi = _mm256_add_epi32(sumi, dot32(v, q8, scale_pair(&w, s, s + 1)));
+            }
         }
         const float dall = y[i].d * half_to_float(x[i].d);
         const float dmin = y[i].d * half_to_float(x[i].dmin);
@@ -224,8 +247,7 @@ static float vec_dot_q3_K(int64_t n, const void *vx, const void *vy) {
         uint32_t words[4];
         kquant_unpack_q3_words(x[i].scales, words);
         const __m128i sc = _mm_sub_epi8(words_vec(words), _mm_set1_epi8(32));
-        int8_t s[16];
-        _mm_storeu_si128((__m128i *)s, sc);
+        const scale_words w = widen_scales(sc, 1);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         const int8_t *q8 = y[i].qs;
         /* weights are stored as (0..7) - 4: the -4 goes through the bsums */
@@ -233,7 +255,7 @@ static float vec_dot_q3_K(int64_t n, const void *vx, const void *vy) {
         sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
         for (int k = 0; k < 8; k++, q8 += 32) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (k / 4)));
-            sumi = _mm256_add_epi32(sumi, dot32(q3_group(q, hm, k), q8, s[2 * k], s[2 * k + 1]));
+            sumi = _mm256_add_epi32(sumi, dot32(q3_group(q, hm, k), q8, scale_pair(&w, 2 * k, 2 * k + 1)));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -241,9 +263,9 @@ static float vec_dot_q3_K(int64_t n, const void *vx, const void *vy) {
 }
 
 /* The Q4_K/Q5_K block tail: scales, and mins through the bsums (each min covers two 16-sums). */
-static inline void k4_accumulate(__m256 *acc, __m256 *acc_m, __m256i sumi, const uint32_t words[4],
+static inline void k4_accumulate(__m256 *acc, __m256 *acc_m, __m256i sumi, __m128i scales_mins,
                                  const int16_t *bsums, float d, float dmin) {
-    const __m128i mins = _mm_unpackhi_epi64(words_vec(words), words_vec(words));
+    const __m128i mins = _mm_unpackhi_epi64(scales_mins, scales_mins);
     const __m256i m = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins)),
                                         _mm256_loadu_si256((const __m256i *)bsums));
     *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *acc);
@@ -259,16 +281,17 @@ static float vec_dot_q4_K(int64_t n, const void *vx, const void *vy) {
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint32_t words[4];
         kquant_unpack_k4_words(x[i].scales, words);
-        const uint8_t *sc = (const uint8_t *)words;
+        const __m128i scales_mins = words_vec(words);
+        const scale_words w = widen_scales(scales_mins, 0);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < QK_K / 64; j++, q8 += 64) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            sumi = _mm256_add_epi32(sumi, dot32(_mm256_and_si256(q, m4), q8, sc[2 * j], sc[2 * j]));
-            const __m256i hi = _mm256_and_si256(srl16(q, 4), m4);
-            sumi = _mm256_add_epi32(sumi, dot32(hi, q8 + 32, sc[2 * j + 1], sc[2 * j + 1]));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(srl16(q, 4), m4);
+            sumi = _mm256_add_epi32(sumi, dot32(lo, q8, scale_pair(&w, 2 * j, 2 * j)));
+            sumi = _mm256_add_epi32(sumi, dot32(hi, q8 + 32, scale_pair(&w, 2 * j + 1, 2 * j + 1)));
         }
-        k4_accumulate(&acc, &acc_m, sumi, words, y[i].bsums, y[i].d * half_to_float(x[i].d),
+        k4_accumulate(&acc, &acc_m, sumi, scales_mins, y[i].bsums, y[i].d * half_to_float(x[i].d),
                       y[i].d * half_to_float(x[i].dmin));
     }
     return hsum_ps(_mm256_sub_ps(acc, acc_m));
@@ -282,17 +305,18 @@ static float vec_dot_q5_K(int64_t n, const void *vx, const void *vy) {
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint32_t words[4];
         kquant_unpack_k4_words(x[i].scales, words);
-        const uint8_t *sc = (const uint8_t *)words;
+        const __m128i scales_mins = words_vec(words);
+        const scale_words w = widen_scales(scales_mins, 0);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < QK_K / 64; j++, q8 += 64) {
             __m256i lo, hi;
             q5_pair(x[i].qs, qh, j, &lo, &hi);
-            sumi = _mm256_add_epi32(sumi, dot32(lo, q8, sc[2 * j], sc[2 * j]));
-            sumi = _mm256_add_epi32(sumi, dot32(hi, q8 + 32, sc[2 * j + 1], sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, dot32(lo, q8, scale_pair(&w, 2 * j, 2 * j)));
+            sumi = _mm256_add_epi32(sumi, dot32(hi, q8 + 32, scale_pair(&w, 2 * j + 1, 2 * j + 1)));
         }
-        k4_accumulate(&acc, &acc_m, sumi, words, y[i].bsums, y[i].d * half_to_float(x[i].d),
+        k4_accumulate(&acc, &acc_m, sumi, scales_mins, y[i].bsums, y[i].d * half_to_float(x[i].d),
                       y[i].d * half_to_float(x[i].dmin));
     }
     return hsum_ps(_mm256_sub_ps(acc, acc_m));
@@ -303,15 +327,19 @@ static float vec_dot_q6_K(int64_t n, const void *vx, const void *vy) {
     const block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const int8_t *sc = x[i].scales;
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const scale_words w = widen_scales(sc, 1);
         const int8_t *q8 = y[i].qs;
         /* weights are stored as (0..63) - 32: the -32 goes through the bsums */
-        __m256i sumi = _mm256_slli_epi32(bsum_dot(_mm_loadu_si128((const __m128i *)sc), y[i].bsums, 1), 5);
+        __m256i sumi = _mm256_slli_epi32(bsum_dot(sc, y[i].bsums, 1), 5);
         sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
         for (int c = 0; c < QK_K / 128; c++) {
             __m256i g[4];
             q6_chunk(x[i].ql + 64 * c, x[i].qh + 32 * c, g);
-            for (int k = 0; k < 4; k++, q8 += 32, sc += 2) sumi = _mm256_add_epi32(sumi, dot32(g[k], q8, sc[0], sc[1]));
+            for (int k = 0; k < 4; k++, q8 += 32) {
+                const int s = 8 * c + 2 * k;
+                sumi = _mm256_add_epi32(sumi, dot32(g[k], q8, scale_pair(&w, s, s + 1)));
+            }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
     }
