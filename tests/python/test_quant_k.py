@@ -345,7 +345,8 @@ def model_rows():
     for name, n_rows in (("token_embd.weight", 256), ("blk.0.attn_q.weight", 128), ("blk.0.ffn_down.weight", 64)):
         t = tensors[name]
         raw = np.asarray(t.data).view(np.uint8).reshape(-1)
-        x = gq.dequantize(raw, t.tensor_type).reshape(-1, int(t.shape[0]))[:n_rows]
+        row_bytes = raw.size // int(np.prod(t.shape[1:]))
+        x = gq.dequantize(raw[: n_rows * row_bytes], t.tensor_type).reshape(n_rows, int(t.shape[0]))
         # 576-wide rows are no multiple of 256: regroup the same weights as rows of 1536
         rows[name] = np.ascontiguousarray(x, dtype=F32).reshape(-1, 1536)
     return rows
