@@ -1,7 +1,8 @@
 /* Quant kernel throughput: for every type with ops and every ISA this CPU runs, dequantize and vec_dot speed in GB/s
  * of quantized weights read, next to the machine's memory bandwidth measured in the same run. The weights are a
  * matrix far larger than the caches, walked row by row as a matrix-vector product would: dequantize writes each row
- * into one small float buffer, vec_dot takes each row with one activation vector.
+ * into one small float buffer, vec_dot takes each row with one activation vector. Quantize speed is of a row of
+ * F32 in cache (GB/s of floats read), as when activations are quantized for vec_dot.
  * Usage: bench_quant [MiB of weights per type, default 64] [type names to limit the run to, e.g. q4_0 q8_0] */
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 
 #define ROW 4096
 #define MIN_SECONDS 0.3
+#define QUANTIZE_REPEATS 16
 
 static double now(void) {
     struct timespec ts;
@@ -74,12 +76,21 @@ typedef struct kernel_ctx {
     int64_t rows;
     float *row_out;
     const void *activations;
+    const float *source_row;
+    uint8_t *row_scratch;
 } kernel_ctx;
 
 static void dequantize_pass(void *p) {
     kernel_ctx *k = p;
     for (int64_t r = 0; r < k->rows; r++) k->ops->dequantize(k->weights + r * k->row_bytes, k->row_out, ROW);
     float_sink = k->row_out[ROW / 2];
+}
+
+/* Quantizing works on activations, which sit in cache: one row, many times. */
+static void quantize_pass(void *p) {
+    kernel_ctx *k = p;
+    for (int r = 0; r < QUANTIZE_REPEATS; r++) k->ops->quantize(k->source_row, k->row_scratch, ROW);
+    int_sink = k->row_scratch[0];
 }
 
 static void vec_dot_pass(void *p) {
@@ -118,19 +129,22 @@ static void bench_type(kiln_type type, size_t weight_bytes, const float *source_
     /* every row is the same quantized row: reference quantizers are too slow to fill the matrix one by one */
     scalar->quantize(source_row, weights, ROW);
     for (int64_t r = 1; r < rows; r++) memcpy(weights + r * row_bytes, weights, row_bytes);
+    uint8_t *scratch = malloc(row_bytes);
     for (int isa = KILN_ISA_SCALAR; isa <= (int)kiln_cpu_isa(); isa++) {
         const kiln_quant_ops *ops = kiln_quant_ops_get(type, (kiln_isa)isa);
-        kernel_ctx k = {ops, weights, row_bytes, rows, row_out, make_activations(ops, source_row)};
+        kernel_ctx k = {ops, weights, row_bytes, rows, row_out, make_activations(ops, source_row), source_row, scratch};
         size_t bytes = (size_t)rows * row_bytes;
         double dequantize = measure(dequantize_pass, &k, bytes);
         printf("%-6s %-7s %12.2f", kiln_type_name(type), kiln_isa_name((kiln_isa)isa), dequantize / 1e9);
         if (k.activations)
-            printf(" %12.2f\n", measure(vec_dot_pass, &k, bytes) / 1e9);
+            printf(" %12.2f", measure(vec_dot_pass, &k, bytes) / 1e9);
         else
-            printf(" %12s\n", "-");
+            printf(" %12s", "-");
+        printf(" %12.2f\n", measure(quantize_pass, &k, QUANTIZE_REPEATS * ROW * sizeof(float)) / 1e9);
         free((void *)k.activations);
     }
     free(allocation);
+    free(scratch);
 }
 
 static bool selected(kiln_type type, int n_names, char **names) {
@@ -149,7 +163,7 @@ int main(int argc, char **argv) {
            kiln_isa_name(kiln_cpu_isa()),
            kiln_quant_level_supported(KILN_LEVEL_AVX512_VNNI) ? " (VNNI dot products)" : "");
     bench_memory(weight_bytes);
-    printf("%-6s %-7s %12s %12s\n", "type", "isa", "dequant GB/s", "vec_dot GB/s");
+    printf("%-6s %-7s %12s %12s %12s\n", "type", "isa", "dequant GB/s", "vec_dot GB/s", "quant GB/s");
     for (int t = 0; t < KILN_TYPE_COUNT; t++) {
         const kiln_quant_ops *ops = kiln_quant_ops_get((kiln_type)t, KILN_ISA_SCALAR);
         if (ops && ops->dequantize && ops->quantize && ROW % kiln_type_get((uint32_t)t)->block_size == 0 &&
