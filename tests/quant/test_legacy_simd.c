@@ -133,9 +133,11 @@ static void check_vec_dot(const kiln_quant_family *f, const kiln_quant_entry *e,
     const kiln_quant_ops *act = kiln_quant_ops_get(ref->vec_dot_type, KILN_ISA_SCALAR);
     int64_t n = 32 * 37;
     if (kiln_type_get(e->type)->block_size == 1) n += 7;
-    uint8_t *x = malloc(kiln_row_size(e->type, n)), *y = malloc(kiln_row_size(ref->vec_dot_type, n));
+    uint8_t *x_allocation = malloc(kiln_row_size(e->type, n) + 64), *y = malloc(kiln_row_size(ref->vec_dot_type, n));
     float *xf = malloc((size_t)n * sizeof *xf), *yf = malloc((size_t)n * sizeof *yf);
     for (int trial = 0; trial < 16; trial++) {
+        /* the weight row starts at every 4-byte offset within a cache line: kernels may align their loads */
+        uint8_t *x = x_allocation + 4 * trial;
         /* 8-bit weights come from the quantizer: random bytes could hold -128, which no quantizer writes */
         if (e->type == KILN_TYPE_Q8_0) {
             for (int64_t i = 0; i < n; i++) xf[i] = next_normal();
@@ -154,7 +156,7 @@ static void check_vec_dot(const kiln_quant_family *f, const kiln_quant_entry *e,
             fail_msg("%s %s vec_dot %.9g vs scalar %.9g (bound %.3g)", f->name, kiln_type_name(e->type), got, want,
                      1e-5 * magnitude);
     }
-    free(x);
+    free(x_allocation);
     free(y);
     free(xf);
     free(yf);
