@@ -5,12 +5,18 @@
 #include "cuda/kernels.h"
 #include "cuda/quant_unpack.cuh"
 
+/* Part u of a row whose first block is g0. */
 template <class F>
-__device__ __forceinline__ void dequant_part(const uint8_t *row, int u, float out[32]) {
+__device__ __forceinline__ void dequant_part(const qtensor &t, int64_t g0, int u, float out[32]) {
     kpart p;
-    F::unpack(row + (size_t)(u / F::parts) * F::block_bytes, u % F::parts, p);
+    F::unpack(t, g0 + u / F::parts, u % F::parts, p);
 #pragma unroll
     for (int e = 0; e < 32; e++) out[e] = kpart_value(p, e);
+}
+
+template <class F>
+static qtensor tensor_of(const kiln_cuda_matrix *m) {
+    return qtensor{(const uint8_t *)m->data, (int64_t)m->n * (m->k / 32 / F::parts)};
 }
 
 template <kiln_type T>
@@ -21,12 +27,12 @@ __device__ __forceinline__ float float_value(const uint8_t *row, int64_t i) {
 }
 
 template <class F>
-__global__ void get_rows_q_kernel(const uint8_t *w, size_t row_bytes, int k, const int32_t *tokens, float *dst) {
-    const uint8_t *row = w + row_bytes * tokens[blockIdx.x];
+__global__ void get_rows_q_kernel(qtensor w, int k, const int32_t *tokens, float *dst) {
+    int64_t g0 = (int64_t)tokens[blockIdx.x] * (k / 32 / F::parts);
     float *out = dst + (int64_t)blockIdx.x * k;
     for (int u = threadIdx.x; u < k / 32; u += blockDim.x) {
         float v[32];
-        dequant_part<F>(row, u, v);
+        dequant_part<F>(w, g0, u, v);
 #pragma unroll
         for (int e = 0; e < 32; e += 4) *(float4 *)(out + 32 * u + e) = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
     }
@@ -44,7 +50,9 @@ extern "C" int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_to
     const uint8_t *w = (const uint8_t *)m->data;
     switch (m->type) {
 #define X(id, F)                                                                                                       \
-    case id: get_rows_q_kernel<F><<<n_tokens, 128, 0, stream>>>(w, m->row_bytes, m->k, d_tokens, dst); return 0;
+    case id:                                                                                                           \
+        get_rows_q_kernel<F><<<n_tokens, 128, 0, stream>>>(tensor_of<F>(m), m->k, d_tokens, dst);                     \
+        return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
 #define X(id)                                                                                                          \
@@ -56,14 +64,14 @@ extern "C" int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_to
 }
 
 template <class F>
-__global__ void dequant_f16_q_kernel(const uint8_t *w, size_t row_bytes, int k, int64_t n_parts, __half *dst) {
-    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= n_parts) return;
+__global__ void dequant_f16_q_kernel(qtensor w, int k, int64_t n_parts, __half *dst) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_parts) return;
     int parts_per_row = k / 32;
-    int64_t row = g / parts_per_row;
-    int u = (int)(g % parts_per_row);
+    int64_t row = i / parts_per_row;
+    int u = (int)(i % parts_per_row);
     float v[32];
-    dequant_part<F>(w + row_bytes * row, u, v);
+    dequant_part<F>(w, row * (parts_per_row / F::parts), u, v);
     __half2 *out = (__half2 *)(dst + row * k + 32 * u);
 #pragma unroll
     for (int e = 0; e < 16; e++) out[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
@@ -85,7 +93,7 @@ extern "C" int kiln_cuda_dequantize_f16(const kiln_cuda_matrix *m, void *dst_f16
     switch (m->type) {
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
-        dequant_f16_q_kernel<F><<<div_up(n_parts, 128), 128, 0, stream>>>(w, m->row_bytes, m->k, n_parts, dst);      \
+        dequant_f16_q_kernel<F><<<div_up(n_parts, 128), 128, 0, stream>>>(tensor_of<F>(m), m->k, n_parts, dst);      \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
@@ -113,4 +121,41 @@ __global__ void swiglu_kernel(const float *gate, const float *up, float *out, in
 
 extern "C" void kiln_cuda_swiglu(const float *gate, const float *up, float *out, int64_t n, cudaStream_t stream) {
     swiglu_kernel<<<div_up(n, 256), 256, 0, stream>>>(gate, up, out, n);
+}
+
+/* File layout -> device layout (see quant_unpack.cuh): one thread per block copies each field to its array. */
+struct repack_fields {
+    int n, block_bytes;
+    kfield f[4];
+};
+
+__global__ void repack_kernel(repack_fields fl, const uint8_t *src, uint8_t *dst, int64_t n_blocks) {
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n_blocks) return;
+    const uint8_t *b = src + g * fl.block_bytes;
+    int64_t soa = 0;
+    for (int f = 0; f < fl.n; f++) {
+        uint8_t *d = dst + soa * n_blocks + g * fl.f[f].size;
+        for (int i = 0; i < fl.f[f].size; i++) d[i] = b[fl.f[f].aos_off + i];
+        soa += fl.f[f].size;
+    }
+}
+
+template <class F>
+static repack_fields fields_of(void) {
+    repack_fields r = {F::n_fields, F::block_bytes, {}};
+    for (int i = 0; i < F::n_fields; i++) r.f[i] = F::fields[i];
+    return r;
+}
+
+extern "C" int kiln_cuda_repack(kiln_type type, const void *src, void *dst, int64_t n_blocks, cudaStream_t stream) {
+    repack_fields fl;
+    switch (type) {
+#define X(id, F) case id: fl = fields_of<F>(); break;
+        KILN_CUDA_QUANT_TYPES(X)
+#undef X
+    default: return -1;
+    }
+    repack_kernel<<<div_up(n_blocks, 256), 256, 0, stream>>>(fl, (const uint8_t *)src, (uint8_t *)dst, n_blocks);
+    return 0;
 }

@@ -149,15 +149,29 @@ static void *quantized_input(const kiln_cuda_context *c, const kiln_cuda_matrix 
     return T == 1 && kiln_cuda_type_uses_q8_1(m->type) ? c->act_q : NULL;
 }
 
+/* Q, K and V from the normed h. For one token, runs of matrices of the same quantized type share a launch. */
+static int qkv(kiln_cuda_context *c, const kiln_cuda_layer *L, const void *hq, int T) {
+    const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
+    float *ys[3] = {c->q, c->k, c->v};
+    if (T > 1 || !hq || !kiln_cuda_type_uses_q8_1(L->wk.type) || !kiln_cuda_type_uses_q8_1(L->wv.type)) {
+        for (int i = 0; i < 3; i++)
+            if (matmul(c, ms[i], c->h, hq, T, ys[i], false)) return -1;
+        return 0;
+    }
+    for (int i = 0, j; i < 3; i = j) {
+        for (j = i + 1; j < 3 && ms[j]->type == ms[i]->type; j++) {}
+        if (kiln_cuda_gemv_multi(ms + i, ys + i, j - i, hq, c->h, c->stream)) return -1;
+    }
+    return 0;
+}
+
 static int attention_block(kiln_cuda_context *c, int l, int T) {
     const kiln_config *cfg = &c->cm->cfg;
     const kiln_cuda_layer *L = &c->cm->layers[l];
     /* the norm quantizes h for the Q/K/V GEMVs when one token runs and the weights are quantized */
     void *hq = quantized_input(c, &L->wq, T);
     kiln_cuda_rmsnorm(c->x, NULL, L->attn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
-    if (matmul(c, &L->wq, c->h, hq, T, c->q, false) || matmul(c, &L->wk, c->h, hq, T, c->k, false) ||
-        matmul(c, &L->wv, c->h, hq, T, c->v, false))
-        return -1;
+    if (qkv(c, L, hq, T)) return -1;
     size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
     void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
     kiln_cuda_rope_args ra = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, c->n_ctx,

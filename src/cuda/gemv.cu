@@ -9,53 +9,80 @@
 #define GEMV_ROWS_PER_BLOCK 4
 
 /* One Q8_1 block from the 32 values a warp holds, one per lane (the lanes' order is the elements' order). */
-__device__ __forceinline__ void quantize_warp(float v, q8_1_block *out) {
+__device__ __forceinline__ void quantize_warp(float v, int8_t *qs, __half2 *ds) {
     int lane = threadIdx.x & 31;
     float amax = warp_max(fabsf(v));
     float d = amax / 127.0f;
     int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
     int sum = warp_sum_int(q);
-    out->qs[lane] = (int8_t)q;
-    if (lane == 0) {
-        out->d = __float2half(d);
-        out->s = __float2half(d * (float)sum);
-    }
+    qs[lane] = (int8_t)q;
+    if (lane == 0) *ds = __floats2half2_rn(d, d * (float)sum);
 }
 
-__global__ void quantize_q8_1_kernel(const float *x, q8_1_block *q, int64_t n_blocks) {
+__global__ void quantize_q8_1_kernel(const float *x, int8_t *q, int64_t n_blocks) {
     int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (b >= n_blocks) return; /* whole warps leave together: n_blocks is counted in warps */
-    quantize_warp(x[b * 32 + (threadIdx.x & 31)], q + b);
+    quantize_warp(x[b * 32 + (threadIdx.x & 31)], q + b * 32, (__half2 *)(q + n_blocks * 32) + b);
 }
 
 extern "C" void kiln_cuda_quantize_q8_1(const float *x, void *q, int k, int n_rows, cudaStream_t stream) {
     int64_t n_blocks = (int64_t)n_rows * (k / 32);
-    quantize_q8_1_kernel<<<div_up(n_blocks * 32, 256), 256, 0, stream>>>(x, (q8_1_block *)q, n_blocks);
+    quantize_q8_1_kernel<<<div_up(n_blocks * 32, 256), 256, 0, stream>>>(x, (int8_t *)q, n_blocks);
 }
 
 __device__ __forceinline__ void store_row(float *y, int row, float v, bool accumulate) {
     y[row] = accumulate ? y[row] + v : v;
 }
 
-template <class F, bool SWIGLU>
+/* Up to three matrices of one type and width in one launch (Q, K and V read the same activations): blocks are
+ * dealt to the matrices in order, first[m] being matrix m's first block. With SWIGLU, w[0] is the gate, w[1] the up
+ * matrix and one output is written. */
+#define GEMV_MAX_MATS 3
+
+struct gemv_job {
+    qtensor w[GEMV_MAX_MATS];
+    float *y[GEMV_MAX_MATS];
+    int n[GEMV_MAX_MATS];
+    int first[GEMV_MAX_MATS];
+    int n_mats;
+    bool accumulate;
+};
+
+/* Each warp computes R rows, so every activation part it loads serves R weight rows. */
+template <class F, int R, bool SWIGLU>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK)
-    gemv_q_kernel(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, int n_parts, const q8_1_block *x,
-                  float *y, int n, bool accumulate) {
-    int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y;
-    if (row >= n) return;
-    const uint8_t *wr = w + row_bytes * row;
-    const uint8_t *ur = SWIGLU ? w_up + row_bytes * row : nullptr;
-    float a = 0.0f, b = 0.0f;
+    gemv_q_kernel(gemv_job job, int n_parts, const void *xq) {
+    int m = 0;
+    while (m + 1 < job.n_mats && !SWIGLU && (int)blockIdx.x >= job.first[m + 1]) m++;
+    int n = job.n[m];
+    int row0 = ((int)blockIdx.x - job.first[m]) * GEMV_ROWS_PER_BLOCK * R + threadIdx.y * R;
+    if (row0 >= n) return;
+    const qtensor w = job.w[m];
+    q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
+    int blocks_per_row = n_parts / F::parts;
+    float a[R], b[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) a[r] = b[r] = 0.0f;
     for (int u = threadIdx.x; u < n_parts; u += 32) {
-        int blk = u / F::parts, part = u % F::parts;
-        a += dot_part<F>(wr + (size_t)blk * F::block_bytes, part, x + u);
-        if (SWIGLU) b += dot_part<F>(ur + (size_t)blk * F::block_bytes, part, x + u);
+        int xw[8];
+        ld32b((const uint8_t *)(x.qs + 32 * (int64_t)u), xw);
+        float dx = __low2float(x.ds[u]);
+        int part = u % F::parts;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (row0 + r >= n) break;
+            int64_t g = (int64_t)(row0 + r) * blocks_per_row + u / F::parts;
+            a[r] += dot_part<F>(w, g, part, xw, dx);
+            if (SWIGLU) b[r] += dot_part<F>(job.w[1], g, part, xw, dx);
+        }
     }
-    a = warp_sum(a);
-    if (SWIGLU) b = warp_sum(b);
-    if (threadIdx.x == 0) {
-        if (SWIGLU) y[row] = silu(a) * b;
-        else store_row(y, row, a, accumulate);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float av = warp_sum(a[r]), bv = SWIGLU ? warp_sum(b[r]) : 0.0f;
+        if (threadIdx.x == 0 && row0 + r < n) {
+            if (SWIGLU) job.y[0][row0 + r] = silu(av) * bv;
+            else store_row(job.y[m], row0 + r, av, job.accumulate);
+        }
     }
 }
 
@@ -133,22 +160,20 @@ extern "C" bool kiln_cuda_type_uses_q8_1(kiln_type type) {
            type != KILN_TYPE_BF16;
 }
 
+#define GEMV_ROWS_PER_WARP 2
+
+template <class F>
+static qtensor tensor_of(const kiln_cuda_matrix *m) {
+    return qtensor{(const uint8_t *)m->data, (int64_t)m->n * (m->k / 32 / F::parts)};
+}
+
 template <bool SWIGLU>
-static int launch_gemv(const kiln_cuda_matrix *m, const uint8_t *w_up, const void *xq, const float *xf, float *y,
-                       bool accumulate, cudaStream_t stream) {
+static int launch_float(const kiln_cuda_matrix *m, const uint8_t *w_up, const float *xf, float *y, bool accumulate,
+                        cudaStream_t stream) {
     dim3 block(32, GEMV_ROWS_PER_BLOCK);
     int grid = div_up(m->n, GEMV_ROWS_PER_BLOCK);
     const uint8_t *w = (const uint8_t *)m->data;
-    const q8_1_block *x = (const q8_1_block *)xq;
-    int n_parts = m->k / 32;
-    if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
     switch (m->type) {
-#define X(id, F)                                                                                                       \
-    case id:                                                                                                           \
-        gemv_q_kernel<F, SWIGLU><<<grid, block, 0, stream>>>(w, w_up, m->row_bytes, n_parts, x, y, m->n, accumulate); \
-        return 0;
-        KILN_CUDA_QUANT_TYPES(X)
-#undef X
 #define X(id)                                                                                                          \
     case id:                                                                                                           \
         gemv_f_kernel<id, SWIGLU><<<grid, block, 0, stream>>>(w, w_up, m->row_bytes, m->k, xf, y, m->n, accumulate);  \
@@ -159,13 +184,63 @@ static int launch_gemv(const kiln_cuda_matrix *m, const uint8_t *w_up, const voi
     }
 }
 
+/* ms[0..n_mats) share type and width (checked by the callers). */
+template <bool SWIGLU>
+static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
+                        bool accumulate, cudaStream_t stream) {
+    const kiln_cuda_matrix *m0 = ms[0];
+    gemv_job job = {};
+    job.n_mats = n_mats;
+    job.accumulate = accumulate;
+    int blocks = 0, rows_per_block = GEMV_ROWS_PER_BLOCK * GEMV_ROWS_PER_WARP;
+    for (int i = 0; i < n_mats; i++) {
+        job.y[i] = ys[i];
+        job.n[i] = ms[i]->n;
+        job.first[i] = blocks;
+        if (!SWIGLU || i == 0) blocks += div_up(ms[i]->n, rows_per_block);
+    }
+    dim3 block(32, GEMV_ROWS_PER_BLOCK);
+    int n_parts = m0->k / 32;
+    switch (m0->type) {
+#define X(id, F)                                                                                                       \
+    case id:                                                                                                           \
+        for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                              \
+        gemv_q_kernel<F, GEMV_ROWS_PER_WARP, SWIGLU><<<blocks, block, 0, stream>>>(job, n_parts, xq);                 \
+        return 0;
+        KILN_CUDA_QUANT_TYPES(X)
+#undef X
+    default: return -1;
+    }
+}
+
 extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
                               cudaStream_t stream) {
-    return launch_gemv<false>(m, nullptr, xq, xf, y, accumulate, stream);
+    if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
+    if (!kiln_cuda_type_uses_q8_1(m->type)) return launch_float<false>(m, nullptr, xf, y, accumulate, stream);
+    return launch_quant<false>(&m, &y, 1, xq, accumulate, stream);
+}
+
+extern "C" int kiln_cuda_gemv_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
+                                    const float *xf, cudaStream_t stream) {
+    if (n_mats < 1 || n_mats > GEMV_MAX_MATS) return -1;
+    bool same = true;
+    for (int i = 0; i < n_mats; i++) {
+        if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
+        same = same && ms[i]->type == ms[0]->type && ms[i]->k == ms[0]->k;
+    }
+    if (same && kiln_cuda_type_uses_q8_1(ms[0]->type)) return launch_quant<false>(ms, ys, n_mats, xq, false, stream);
+    for (int i = 0; i < n_mats; i++)
+        if (kiln_cuda_gemv(ms[i], xq, xf, ys[i], false, stream)) return -1;
+    return 0;
 }
 
 extern "C" int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
                                      const float *xf, float *y, cudaStream_t stream) {
     if (gate->type != up->type || gate->k != up->k || gate->n != up->n || gate->row_bytes != up->row_bytes) return -1;
-    return launch_gemv<true>(gate, (const uint8_t *)up->data, xq, xf, y, false, stream);
+    if (!kiln_cuda_type_supported(gate->type, gate->k)) return -1;
+    if (!kiln_cuda_type_uses_q8_1(gate->type))
+        return launch_float<true>(gate, (const uint8_t *)up->data, xf, y, false, stream);
+    const kiln_cuda_matrix *ms[2] = {gate, up};
+    float *ys[2] = {y, y};
+    return launch_quant<true>(ms, ys, 2, xq, false, stream);
 }

@@ -3,8 +3,8 @@
  * so a whole decode step can be captured into a CUDA graph. Positions come from device memory (`d_pos`) for the
  * same reason: a replayed graph reads the current position instead of baking one in.
  *
- * Activations for quantized weights are Q8_1 blocks of 32 (block_q8_1), quantized once per input vector and reused
- * by every matrix that reads it (Q/K/V, gate/up). A matrix part of 32 weights pairs with one Q8_1 block. */
+ * Activations for quantized weights are Q8_1 (blocks of 32 int8 with a scale), quantized once per input vector and
+ * reused by every matrix that reads it (Q/K/V, gate/up). A matrix part of 32 weights pairs with one Q8_1 block. */
 #ifndef KILN_CUDA_KERNELS_H
 #define KILN_CUDA_KERNELS_H
 
@@ -20,7 +20,8 @@
 extern "C" {
 #endif
 
-/* A weight matrix on the device: n rows of k elements each, rows row_bytes apart, in the file's type. */
+/* A weight matrix on the device: n rows of k elements each, in the file's type. Float types keep the file layout
+ * (rows row_bytes apart); quantized types are stored field by field (kiln_cuda_repack, see quant_unpack.cuh). */
 typedef struct kiln_cuda_matrix {
     const void *data;
     kiln_type type;
@@ -36,13 +37,23 @@ bool kiln_cuda_type_supported(kiln_type type, int k);
 /* Whether a type's GEMV reads Q8_1 activations (quantized types) rather than F32 ones (F32, F16, BF16). */
 bool kiln_cuda_type_uses_q8_1(kiln_type type);
 
-/* x: n_rows rows of k floats (k a multiple of 32) -> q: n_rows * k/32 block_q8_1. */
+/* Converts n_blocks quantized blocks from the file layout (src) to the device layout (dst, same size). -1 for a
+ * type that is not quantized. */
+int kiln_cuda_repack(kiln_type type, const void *src, void *dst, int64_t n_blocks, cudaStream_t stream);
+
+/* x: n_rows rows of k floats (k a multiple of 32) -> q: Q8_1 of all n = n_rows * k values, field by field: n int8,
+ * then n/32 half pairs (d, d * sum of the block's int8 values); n * 36/32 bytes. */
 void kiln_cuda_quantize_q8_1(const float *x, void *q, int k, int n_rows, cudaStream_t stream);
 
 /* y[r] = dot(row r of m, x) for r < m->n, or y[r] += ... when accumulate (the residual add for free).
  * xq: Q8_1 activations (quantized types), xf: F32 activations (float types); the other may be NULL. */
 int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
                    cudaStream_t stream);
+
+/* Several GEMVs over the same activations (Q, K and V) in one launch when the matrices share type and width
+ * (separate launches otherwise): ys[i][r] = dot(row r of ms[i], x). At most 3 matrices. */
+int kiln_cuda_gemv_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
+                         const float *xf, cudaStream_t stream);
 
 /* y[r] = silu(dot(gate row r, x)) * dot(up row r, x): the FFN's first half in one pass over both matrices.
  * gate and up must have the same type and shape. */

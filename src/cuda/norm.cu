@@ -7,7 +7,8 @@
 #define NORM_THREADS 256
 
 __global__ void __launch_bounds__(NORM_THREADS)
-    rmsnorm_kernel(float *x, const float *residual, const float *w, float *out, q8_1_block *out_q, int n, float eps) {
+    rmsnorm_kernel(float *x, const float *residual, const float *w, float *out, int8_t *out_q, int n, int n_rows,
+                   float eps) {
     int64_t base = (int64_t)blockIdx.x * n;
     float *xr = x + base;
     float ss = 0.0f;
@@ -26,21 +27,18 @@ __global__ void __launch_bounds__(NORM_THREADS)
         float v = i < n ? xr[i] * scale * w[i] : 0.0f;
         if (i < n) out[base + i] = v;
         if (out_q && i0 + (threadIdx.x & ~31) < n) {
+            int64_t blk = (base + i0 + (threadIdx.x & ~31)) / 32, n_blocks = (int64_t)n_rows * n / 32;
             float amax = warp_max(fabsf(v));
             float d = amax / 127.0f;
             int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
             int sum = warp_sum_int(q);
-            q8_1_block *b = out_q + (base + i0 + (threadIdx.x & ~31)) / 32;
-            b->qs[threadIdx.x & 31] = (int8_t)q;
-            if ((threadIdx.x & 31) == 0) {
-                b->d = __float2half(d);
-                b->s = __float2half(d * (float)sum);
-            }
+            out_q[blk * 32 + (threadIdx.x & 31)] = (int8_t)q;
+            if ((threadIdx.x & 31) == 0) ((__half2 *)(out_q + n_blocks * 32))[blk] = __floats2half2_rn(d, d * (float)sum);
         }
     }
 }
 
 extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n,
                                   int n_rows, float eps, cudaStream_t stream) {
-    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, residual, w, out, (q8_1_block *)out_q, n, eps);
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
 }

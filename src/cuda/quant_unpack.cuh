@@ -1,10 +1,19 @@
-/* Device-side decoding of the GGUF block formats (byte layouts as in quant/blocks.h), one "part" of 32 weights at a
- * time: the unit that pairs with one Q8_1 activation block. Every format is reduced to one shape,
+/* Device-side decoding of the GGUF block formats, one "part" of 32 weights at a time: the unit that pairs with one
+ * Q8_1 activation block.
+ *
+ * Layout. On the device a quantized tensor keeps its file's blocks, but stored field by field (structure of arrays):
+ * all blocks' first field, then all blocks' second field, and so on, fields ordered by size so each array is
+ * aligned to its width. A warp then reads each field with 16-byte (or 4-, 2-byte) loads over consecutive bytes,
+ * instead of unaligned 2-byte loads strided by an 18- or 210-byte block, which cost 5-10 times the L1 wavefronts
+ * and capped the GEMVs near 40% of bandwidth. Field f of block g lives at base + soa_off_f * n_blocks + g * size_f;
+ * kiln_cuda_repack() converts from the file layout (fields and offsets listed per format below, as in blocks.h).
+ *
+ * Values. Every format is reduced to one shape,
  *
  *     weight e (0..31) = d[e / 16] * q[e] + m[e / 16],    q[e] a signed 8-bit integer,
  *
- * so the dot product (int8 dp4a) and dequantization are written once, over any format: a new format only needs
- * its unpack(). Two (d, m) pairs because Q2_K, Q3_K and Q6_K scale sub-blocks of 16. */
+ * so the dot product (int8 dp4a) and dequantization are written once over any format: a new format needs its field
+ * list and its unpack(). Two (d, m) pairs because Q2_K, Q3_K and Q6_K scale sub-blocks of 16. */
 #ifndef KILN_CUDA_QUANT_UNPACK_CUH
 #define KILN_CUDA_QUANT_UNPACK_CUH
 
@@ -12,19 +21,44 @@
 #include <stdint.h>
 
 struct kpart {
-    int q[8];    /* 32 signed bytes, element e in byte e % 4 of q[e / 4] */
-    float d[2];  /* scale of elements 0..15 and 16..31 */
-    float m[2];  /* offset of elements 0..15 and 16..31 (zero for symmetric formats) */
+    int q[8];   /* 32 signed bytes, element e in byte e % 4 of q[e / 4] */
+    float d[2]; /* scale of elements 0..15 and 16..31 */
+    float m[2]; /* offset of elements 0..15 and 16..31 (zero for symmetric formats) */
 };
 
-/* Blocks are only 2-byte aligned (an 18-byte Q4_0 block, a 210-byte Q6_K block), so 32-bit words are read as two
- * halves. */
-__device__ __forceinline__ int ld32(const uint8_t *p) {
-    const uint16_t *h = (const uint16_t *)p;
-    return (int)((uint32_t)h[0] | ((uint32_t)h[1] << 16));
+/* A field of the file's block: byte offset there, and size. */
+struct kfield {
+    int aos_off, size;
+};
+
+/* A quantized tensor on the device: the field arrays start at base; n_blocks blocks in all. */
+struct qtensor {
+    const uint8_t *base;
+    int64_t n_blocks;
+};
+
+template <int SOA_OFF, int SIZE>
+__device__ __forceinline__ const uint8_t *field(const qtensor &t, int64_t g) {
+    return t.base + SOA_OFF * t.n_blocks + g * SIZE;
 }
 
+__device__ __forceinline__ void ld16(const uint8_t *p, int w[4]) {
+    uint4 v = *(const uint4 *)p;
+    w[0] = (int)v.x, w[1] = (int)v.y, w[2] = (int)v.z, w[3] = (int)v.w;
+}
+
+__device__ __forceinline__ void ld32b(const uint8_t *p, int w[8]) {
+    ld16(p, w);
+    ld16(p + 16, w + 4);
+}
+
+__device__ __forceinline__ float2 ldh2(const uint8_t *p) { return __half22float2(*(const __half2 *)p); }
 __device__ __forceinline__ float ldh(const uint8_t *p) { return __half2float(*(const __half *)p); }
+
+/* Byte idx (0..7, run-time) of two words. */
+__device__ __forceinline__ int byte_of(int w0, int w1, int idx) {
+    return (((idx & 4) ? w1 : w0) >> (8 * (idx & 3))) & 0xFF;
+}
 
 __device__ __forceinline__ void set_scale(kpart &p, float d, float m) {
     p.d[0] = p.d[1] = d;
@@ -36,46 +70,16 @@ __device__ __forceinline__ int spread_bit4(uint32_t bits) {
     return (int)(((bits & 1) << 4) | ((bits & 2) << 11) | ((bits & 4) << 18) | ((bits & 8) << 25));
 }
 
-/* 32 low nibbles (elements 0..15) then high nibbles (16..31) of 16 bytes: the Q4_0/Q4_1/Q5 packing. */
+/* Low nibbles of 16 bytes are elements 0..15, high nibbles 16..31: the Q4_0/Q4_1/Q5 packing. */
 __device__ __forceinline__ void nibbles32(const uint8_t *qs, kpart &p) {
+    int w[4];
+    ld16(qs, w);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        int v = ld32(qs + 4 * i);
-        p.q[i] = v & 0x0F0F0F0F;
-        p.q[4 + i] = (v >> 4) & 0x0F0F0F0F;
+        p.q[i] = w[i] & 0x0F0F0F0F;
+        p.q[4 + i] = (w[i] >> 4) & 0x0F0F0F0F;
     }
 }
-
-/* Q4_K/Q5_K: 6-bit scale and min of sub-block j from the 12 packed bytes. */
-__device__ __forceinline__ void scale_min_k4(const uint8_t *s, int j, int &sc, int &mn) {
-    if (j < 4) {
-        sc = s[j] & 63;
-        mn = s[j + 4] & 63;
-    } else {
-        sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
-struct q4_0_t {
-    static constexpr int block_bytes = 18, parts = 1;
-    static constexpr bool has_min = false;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-        nibbles32(b + 2, p);
-#pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = __vsub4(p.q[i], 0x08080808);
-        set_scale(p, ldh(b), 0.0f);
-    }
-};
-
-struct q4_1_t {
-    static constexpr int block_bytes = 20, parts = 1;
-    static constexpr bool has_min = true;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-        nibbles32(b + 4, p);
-        set_scale(p, ldh(b), ldh(b + 2));
-    }
-};
 
 __device__ __forceinline__ void add_fifth_bit(uint32_t qh, kpart &p) {
 #pragma unroll
@@ -85,137 +89,188 @@ __device__ __forceinline__ void add_fifth_bit(uint32_t qh, kpart &p) {
     }
 }
 
-struct q5_0_t {
-    static constexpr int block_bytes = 22, parts = 1;
-    static constexpr bool has_min = false;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-        nibbles32(b + 6, p);
-        add_fifth_bit((uint32_t)ld32(b + 2), p);
+__device__ __forceinline__ void center(kpart &p, int bias4) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = __vsub4(p.q[i], 0x10101010);
-        set_scale(p, ldh(b), 0.0f);
+    for (int i = 0; i < 8; i++) p.q[i] = __vsub4(p.q[i], bias4);
+}
+
+/* Q4_K/Q5_K: 6-bit scale and min of sub-block j (run-time) from the 12 packed bytes, read as three words. */
+__device__ __forceinline__ void scale_min_k4(const uint8_t *s, int j, int &sc, int &mn) {
+    const int *w = (const int *)s;
+    int sh = 8 * (j & 3);
+    int b0 = (w[0] >> sh) & 0xFF, b1 = (w[1] >> sh) & 0xFF, b2 = (w[2] >> sh) & 0xFF;
+    if (j < 4) {
+        sc = b0 & 63;
+        mn = b1 & 63;
+    } else {
+        sc = (b2 & 0xF) | ((b0 >> 6) << 4);
+        mn = (b2 >> 4) | ((b1 >> 6) << 4);
+    }
+}
+
+/* Each format: file block size, parts per block, whether it has offsets, its fields in device order (file offset,
+ * size), and unpack() reading part `part` of block g. */
+struct q4_0_t {
+    static constexpr int block_bytes = 18, parts = 1, n_fields = 2;
+    static constexpr bool has_min = false;
+    static constexpr kfield fields[n_fields] = {{2, 16}, {0, 2}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        nibbles32(field<0, 16>(t, g), p);
+        center(p, 0x08080808);
+        set_scale(p, ldh(field<16, 2>(t, g)), 0.0f);
+    }
+};
+
+struct q4_1_t {
+    static constexpr int block_bytes = 20, parts = 1, n_fields = 2;
+    static constexpr bool has_min = true;
+    static constexpr kfield fields[n_fields] = {{4, 16}, {0, 4}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        nibbles32(field<0, 16>(t, g), p);
+        float2 dm = ldh2(field<16, 4>(t, g));
+        set_scale(p, dm.x, dm.y);
+    }
+};
+
+struct q5_0_t {
+    static constexpr int block_bytes = 22, parts = 1, n_fields = 3;
+    static constexpr bool has_min = false;
+    static constexpr kfield fields[n_fields] = {{6, 16}, {2, 4}, {0, 2}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        nibbles32(field<0, 16>(t, g), p);
+        add_fifth_bit(*(const uint32_t *)field<16, 4>(t, g), p);
+        center(p, 0x10101010);
+        set_scale(p, ldh(field<20, 2>(t, g)), 0.0f);
     }
 };
 
 struct q5_1_t {
-    static constexpr int block_bytes = 24, parts = 1;
+    static constexpr int block_bytes = 24, parts = 1, n_fields = 3;
     static constexpr bool has_min = true;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-        nibbles32(b + 8, p);
-        add_fifth_bit((uint32_t)ld32(b + 4), p);
-        set_scale(p, ldh(b), ldh(b + 2));
+    static constexpr kfield fields[n_fields] = {{8, 16}, {4, 4}, {0, 4}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        nibbles32(field<0, 16>(t, g), p);
+        add_fifth_bit(*(const uint32_t *)field<16, 4>(t, g), p);
+        float2 dm = ldh2(field<20, 4>(t, g));
+        set_scale(p, dm.x, dm.y);
     }
 };
 
 struct q8_0_t {
-    static constexpr int block_bytes = 34, parts = 1;
+    static constexpr int block_bytes = 34, parts = 1, n_fields = 2;
     static constexpr bool has_min = false;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = ld32(b + 2 + 4 * i);
-        set_scale(p, ldh(b), 0.0f);
+    static constexpr kfield fields[n_fields] = {{2, 32}, {0, 2}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        ld32b(field<0, 32>(t, g), p.q);
+        set_scale(p, ldh(field<32, 2>(t, g)), 0.0f);
     }
 };
 
-/* Q2_K: scales[16] at 0, qs[64] at 16, d at 80, dmin at 82. Part p = 4n + j holds the 2-bit fields at shift 2j of
- * qs[32n .. 32n+31]; its sub-blocks of 16 use scales[2p] and scales[2p+1] (low nibble scale, high nibble min). */
+/* Q2_K: qs[64] (part p = 4n + j: the 2-bit fields at shift 2j of qs[32n ..]), scales[16] (sub-blocks 2p and 2p+1:
+ * low nibble scale, high nibble min), d and dmin. */
 struct q2_K_t {
-    static constexpr int block_bytes = 84, parts = 8;
+    static constexpr int block_bytes = 84, parts = 8, n_fields = 3;
     static constexpr bool has_min = true;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-        const uint8_t *qs = b + 16 + 32 * (part >> 2);
+    static constexpr kfield fields[n_fields] = {{16, 64}, {0, 16}, {80, 4}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        int w[8];
+        ld32b(field<0, 64>(t, g) + 32 * (part >> 2), w);
         int shift = 2 * (part & 3);
 #pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = (ld32(qs + 4 * i) >> shift) & 0x03030303;
-        float d = ldh(b + 80), dmin = ldh(b + 82);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int sc = b[2 * part + h];
-            p.d[h] = d * (float)(sc & 0xF);
-            p.m[h] = -dmin * (float)(sc >> 4);
-        }
+        for (int i = 0; i < 8; i++) p.q[i] = (w[i] >> shift) & 0x03030303;
+        int sc = *(const uint16_t *)(field<64, 16>(t, g) + 2 * part);
+        float2 dm = ldh2(field<80, 4>(t, g));
+        p.d[0] = dm.x * (float)(sc & 0xF), p.m[0] = -dm.y * (float)((sc >> 4) & 0xF);
+        p.d[1] = dm.x * (float)((sc >> 8) & 0xF), p.m[1] = -dm.y * (float)(sc >> 12);
     }
 };
 
-/* Q3_K: hmask[32] at 0, qs[64] at 32, scales[12] at 96, d at 108. Part p = 4n + j: low two bits at shift 2j of
- * qs[32n ..], the third bit is bit p of hmask[e]; q = that - 4. Sixteen 6-bit scales, biased by 32. */
+/* Q3_K: qs[64] (low two bits, as Q2_K), hmask[32] (bit p of hmask[e] is the third bit), 16 six-bit scales biased by
+ * 32 packed in 12 bytes, d. q = bits - 4. */
 struct q3_K_t {
-    static constexpr int block_bytes = 110, parts = 8;
+    static constexpr int block_bytes = 110, parts = 8, n_fields = 4;
     static constexpr bool has_min = false;
-    __device__ static int scale(const uint8_t *s, int i) {
-        int lo = i < 8 ? s[i] & 0xF : s[i - 8] >> 4;
-        int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+    static constexpr kfield fields[n_fields] = {{32, 64}, {0, 32}, {96, 12}, {108, 2}};
+    __device__ static int scale(const int *s, int i) {
+        int lo = i < 8 ? byte_of(s[0], s[1], i) & 0xF : byte_of(s[0], s[1], i - 8) >> 4;
+        int hi = (((s[2] >> (8 * (i & 3))) & 0xFF) >> (2 * (i >> 2))) & 3;
         return (lo | (hi << 4)) - 32;
     }
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-        const uint8_t *qs = b + 32 + 32 * (part >> 2);
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        int lo[8], hm[8];
+        ld32b(field<0, 64>(t, g) + 32 * (part >> 2), lo);
+        ld32b(field<64, 32>(t, g), hm);
         int shift = 2 * (part & 3);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int lo = (ld32(qs + 4 * i) >> shift) & 0x03030303;
-            int hm = (ld32(b + 4 * i) >> part) & 0x01010101;
-            p.q[i] = __vsub4(lo | (hm << 2), 0x04040404);
+            int bits = ((lo[i] >> shift) & 0x03030303) | (((hm[i] >> part) & 0x01010101) << 2);
+            p.q[i] = __vsub4(bits, 0x04040404);
         }
-        float d = ldh(b + 108);
-        p.d[0] = d * (float)scale(b + 96, 2 * part);
-        p.d[1] = d * (float)scale(b + 96, 2 * part + 1);
+        const int *s = (const int *)field<96, 12>(t, g);
+        int sw[3] = {s[0], s[1], s[2]};
+        float d = ldh(field<108, 2>(t, g));
+        p.d[0] = d * (float)scale(sw, 2 * part);
+        p.d[1] = d * (float)scale(sw, 2 * part + 1);
         p.m[0] = p.m[1] = 0.0f;
     }
 };
 
-/* Q4_K: d, dmin at 0, 2; scales[12] at 4; qs[128] at 16. Part p: nibble (p & 1) of qs[32 * (p / 2) ..]. */
+/* Q4_K: qs[128] (part p: nibble p & 1 of qs[32 (p / 2) ..]), 6-bit scales and mins in 12 bytes, d and dmin. */
 struct q4_K_t {
-    static constexpr int block_bytes = 144, parts = 8;
+    static constexpr int block_bytes = 144, parts = 8, n_fields = 3;
     static constexpr bool has_min = true;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-        const uint8_t *qs = b + 16 + 32 * (part >> 1);
+    static constexpr kfield fields[n_fields] = {{16, 128}, {4, 12}, {0, 4}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        int w[8];
+        ld32b(field<0, 128>(t, g) + 32 * (part >> 1), w);
         int shift = 4 * (part & 1);
 #pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = (ld32(qs + 4 * i) >> shift) & 0x0F0F0F0F;
+        for (int i = 0; i < 8; i++) p.q[i] = (w[i] >> shift) & 0x0F0F0F0F;
         int sc, mn;
-        scale_min_k4(b + 4, part, sc, mn);
-        set_scale(p, ldh(b) * (float)sc, -ldh(b + 2) * (float)mn);
+        scale_min_k4(field<128, 12>(t, g), part, sc, mn);
+        float2 dm = ldh2(field<140, 4>(t, g));
+        set_scale(p, dm.x * (float)sc, -dm.y * (float)mn);
     }
 };
 
-/* Q5_K: as Q4_K with qh[32] at 16 (bit p of qh[e] is the fifth bit) and qs[128] at 48. */
+/* Q5_K: as Q4_K plus qh[32], whose bit p of qh[e] is the fifth bit. */
 struct q5_K_t {
-    static constexpr int block_bytes = 176, parts = 8;
+    static constexpr int block_bytes = 176, parts = 8, n_fields = 4;
     static constexpr bool has_min = true;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
-        const uint8_t *qs = b + 48 + 32 * (part >> 1);
+    static constexpr kfield fields[n_fields] = {{48, 128}, {16, 32}, {4, 12}, {0, 4}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+        int w[8], h[8];
+        ld32b(field<0, 128>(t, g) + 32 * (part >> 1), w);
+        ld32b(field<128, 32>(t, g), h);
         int shift = 4 * (part & 1);
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int hb = (ld32(b + 16 + 4 * i) >> part) & 0x01010101;
-            p.q[i] = ((ld32(qs + 4 * i) >> shift) & 0x0F0F0F0F) | (hb << 4);
-        }
+        for (int i = 0; i < 8; i++) p.q[i] = ((w[i] >> shift) & 0x0F0F0F0F) | (((h[i] >> part) & 0x01010101) << 4);
         int sc, mn;
-        scale_min_k4(b + 4, part, sc, mn);
-        set_scale(p, ldh(b) * (float)sc, -ldh(b + 2) * (float)mn);
+        scale_min_k4(field<160, 12>(t, g), part, sc, mn);
+        float2 dm = ldh2(field<172, 4>(t, g));
+        set_scale(p, dm.x * (float)sc, -dm.y * (float)mn);
     }
 };
 
-/* Q6_K: ql[128] at 0, qh[64] at 128, int8 scales[16] at 192, d at 208. Part p = 4n + j: nibble (j >> 1) of
- * ql[64n + 32 (j & 1) ..], two high bits at shift 2j of qh[32n ..]; q = that - 32; scales[8n + 2j + half]. */
+/* Q6_K: ql[128] (part p = 4n + j: nibble j / 2 of ql[64n + 32 (j & 1) ..]), qh[64] (two bits at shift 2j of
+ * qh[32n ..]), int8 scales[16] (8n + 2j and the next), d. q = bits - 32. */
 struct q6_K_t {
-    static constexpr int block_bytes = 210, parts = 8;
+    static constexpr int block_bytes = 210, parts = 8, n_fields = 4;
     static constexpr bool has_min = false;
-    __device__ static void unpack(const uint8_t *b, int part, kpart &p) {
+    static constexpr kfield fields[n_fields] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
+    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
         int n = part >> 2, j = part & 3;
-        const uint8_t *ql = b + 64 * n + 32 * (j & 1);
-        const uint8_t *qh = b + 128 + 32 * n;
+        int lo[8], hi[8];
+        ld32b(field<0, 128>(t, g) + 64 * n + 32 * (j & 1), lo);
+        ld32b(field<128, 64>(t, g) + 32 * n, hi);
         int lshift = 4 * (j >> 1), hshift = 2 * j;
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int lo = (ld32(ql + 4 * i) >> lshift) & 0x0F0F0F0F;
-            int hi = (ld32(qh + 4 * i) >> hshift) & 0x03030303;
-            p.q[i] = __vsub4(lo | (hi << 4), 0x20202020);
-        }
-        float d = ldh(b + 208);
-        const int8_t *sc = (const int8_t *)(b + 192) + 8 * n + 2 * j;
-        p.d[0] = d * (float)sc[0];
-        p.d[1] = d * (float)sc[1];
+        for (int i = 0; i < 8; i++)
+            p.q[i] = __vsub4(((lo[i] >> lshift) & 0x0F0F0F0F) | (((hi[i] >> hshift) & 0x03030303) << 4), 0x20202020);
+        int sc = *(const uint16_t *)(field<192, 16>(t, g) + 8 * n + 2 * j);
+        float d = ldh(field<208, 2>(t, g));
+        p.d[0] = d * (float)(int8_t)(sc & 0xFF);
+        p.d[1] = d * (float)(int8_t)(sc >> 8);
         p.m[0] = p.m[1] = 0.0f;
     }
 };
@@ -239,18 +294,24 @@ __device__ __forceinline__ float kpart_value(const kpart &p, int e) {
     X(KILN_TYPE_Q5_K, q5_K_t)                                                                                          \
     X(KILN_TYPE_Q6_K, q6_K_t)
 
-/* The Q8_1 activation block (block_q8_1): d, s = d * sum(qs) as halves, then 32 int8 values. */
-struct q8_1_block {
-    __half d, s;
-    int8_t qs[32];
+/* Q8_1 activations on the device, for n values: n int8 (16-byte aligned), then n / 32 (d, s) half pairs, where
+ * s = d * sum of the block's values. Same numbers as block_q8_1, stored field by field like the weights. */
+struct q8_1_view {
+    const int8_t *qs;
+    const __half2 *ds;
 };
 
-/* Dot product of an unpacked part with its Q8_1 block: int8 dp4a per half, scales applied once per half. */
+__device__ __forceinline__ q8_1_view q8_1_at(const void *buf, int64_t n) {
+    q8_1_view v = {(const int8_t *)buf, (const __half2 *)((const int8_t *)buf + n)};
+    return v;
+}
+
+/* Dot product of an unpacked part with its Q8_1 block (xq: the block's 32 int8, dx: its scale): int8 dp4a per
+ * half, scales applied once per half. */
 template <class F>
-__device__ __forceinline__ float dot_part(const uint8_t *block, int part, const q8_1_block *xb) {
+__device__ __forceinline__ float dot_part(const qtensor &t, int64_t g, int part, const int xq[8], float dx) {
     kpart p;
-    F::unpack(block, part, p);
-    const int *xq = (const int *)xb->qs;
+    F::unpack(t, g, part, p);
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -268,7 +329,7 @@ __device__ __forceinline__ float dot_part(const uint8_t *block, int part, const 
         }
         r += p.m[0] * (float)t0 + p.m[1] * (float)t1;
     }
-    return r * __half2float(xb->d);
+    return r * dx;
 }
 
 #endif

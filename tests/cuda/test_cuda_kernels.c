@@ -20,36 +20,47 @@
         rng_seed();                                                                                                    \
     } while (0)
 
-typedef struct q8_1 {
-    kiln_half d, s;
-    int8_t qs[32];
-} q8_1;
+/* Q8_1 as the GPU stores it: n int8, then n/32 (d, s) half pairs. */
+#define Q8_1_BYTES(n) ((size_t)(n) / 32 * 36)
+
+static float q8_1_d(const uint8_t *q, int n, int b) { return kiln_half_to_float(((const kiln_half *)(q + n))[2 * b]); }
+static float q8_1_s(const uint8_t *q, int n, int b) { return kiln_half_to_float(((const kiln_half *)(q + n))[2 * b + 1]); }
 
 /* The activations the GPU quantized, back as floats: the exact input its integer dot products saw. */
-static void dequant_q8_1(const q8_1 *q, int k, float *out) {
-    for (int b = 0; b < k / 32; b++)
-        for (int i = 0; i < 32; i++) out[32 * b + i] = kiln_half_to_float(q[b].d) * (float)q[b].qs[i];
+static void dequant_q8_1(const uint8_t *q, int n, float *out) {
+    for (int i = 0; i < n; i++) out[i] = q8_1_d(q, n, i / 32) * (float)(int8_t)q[i];
+}
+
+/* A quantized matrix uploaded in the file layout and converted to the device layout; float ones as they are. */
+static const void *upload_matrix(kiln_type type, const uint8_t *w, int k, int n) {
+    size_t bytes = kiln_row_size(type, k) * n;
+    void *file_layout = gpu_upload(w, bytes);
+    if (!kiln_cuda_type_uses_q8_1(type)) return file_layout;
+    void *dst = gpu_alloc(bytes);
+    assert_int_equal(kiln_cuda_repack(type, file_layout, dst, (int64_t)n * k / kiln_type_get(type)->block_size, 0), 0);
+    return dst;
 }
 
 static void test_quantize_q8_1(void **state) {
     SKIP_WITHOUT_GPU();
     const int k = 4096, rows = 3;
-    float *x = malloc(sizeof(float) * k * rows), *back = malloc(sizeof(float) * k * rows);
-    q8_1 *q = malloc(sizeof(q8_1) * k / 32 * rows);
-    rng_fill(x, (size_t)k * rows, 3.0f);
-    float *dx = gpu_upload(x, sizeof(float) * k * rows);
-    void *dq = gpu_alloc(sizeof(q8_1) * k / 32 * rows);
+    const int n = k * rows;
+    float *x = malloc(sizeof(float) * n), *back = malloc(sizeof(float) * n);
+    uint8_t *q = malloc(Q8_1_BYTES(n));
+    rng_fill(x, (size_t)n, 3.0f);
+    float *dx = gpu_upload(x, sizeof(float) * n);
+    void *dq = gpu_alloc(Q8_1_BYTES(n));
     kiln_cuda_quantize_q8_1(dx, dq, k, rows, 0);
     CUDA_SYNC();
-    CUDA_OK(cudaMemcpy(q, dq, sizeof(q8_1) * k / 32 * rows, cudaMemcpyDeviceToHost));
-    dequant_q8_1(q, k * rows, back);
-    for (int b = 0; b < k * rows / 32; b++) {
-        float amax = 0, d = kiln_half_to_float(q[b].d);
+    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
+    dequant_q8_1(q, n, back);
+    for (int b = 0; b < n / 32; b++) {
+        float amax = 0, d = q8_1_d(q, n, b);
         int sum = 0;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i])), sum += q[b].qs[i];
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i])), sum += (int8_t)q[32 * b + i];
         /* each value within half a step of d (plus the rounding of d to half precision) */
         for (int i = 0; i < 32; i++) assert_true(fabsf(back[32 * b + i] - x[32 * b + i]) <= 0.5f * d + amax * 2e-3f);
-        assert_true(fabsf(kiln_half_to_float(q[b].s) - d * sum) <= 1e-3f * fabsf(d * sum) + 1e-3f);
+        assert_true(fabsf(q8_1_s(q, n, b) - d * sum) <= 1e-3f * fabsf(d * sum) + 1e-3f);
     }
     free(x), free(back), free(q);
     gpu_free_all();
@@ -87,12 +98,12 @@ static void check_gemv(kiln_type type, bool swiglu) {
     size_t rb = kiln_row_size(type, k);
     float *x = malloc(sizeof(float) * k), *xs = malloc(sizeof(float) * k), *y = malloc(sizeof(float) * n);
     double *ref = malloc(sizeof(double) * n), *ref_exact = malloc(sizeof(double) * n);
-    q8_1 *q = malloc(sizeof(q8_1) * k / 32);
+    uint8_t *q = malloc(Q8_1_BYTES(k));
     rng_fill(x, k, 1.0f);
     float *dx = gpu_upload(x, sizeof(float) * k), *dy = gpu_alloc(sizeof(float) * n);
-    void *dq = gpu_alloc(sizeof(q8_1) * k / 32);
-    kiln_cuda_matrix m = {gpu_upload(w, rb * n), type, k, n, rb}, mu = m;
-    if (swiglu) mu.data = gpu_upload(w_up, rb * n);
+    void *dq = gpu_alloc(Q8_1_BYTES(k));
+    kiln_cuda_matrix m = {upload_matrix(type, w, k, n), type, k, n, rb}, mu = m;
+    if (swiglu) mu.data = upload_matrix(type, w_up, k, n);
     bool quantized = kiln_cuda_type_uses_q8_1(type);
     if (quantized) kiln_cuda_quantize_q8_1(dx, dq, k, 1, 0);
     int rc = swiglu ? kiln_cuda_gemv_swiglu(&m, &mu, dq, dx, dy, 0) : kiln_cuda_gemv(&m, dq, dx, dy, false, 0);
@@ -100,7 +111,7 @@ static void check_gemv(kiln_type type, bool swiglu) {
     CUDA_SYNC();
     CUDA_OK(cudaMemcpy(y, dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
     if (quantized) {
-        CUDA_OK(cudaMemcpy(q, dq, sizeof(q8_1) * k / 32, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(k), cudaMemcpyDeviceToHost));
         dequant_q8_1(q, k, xs);
     } else {
         memcpy(xs, x, sizeof(float) * k);
@@ -123,13 +134,48 @@ static void check_gemv(kiln_type type, bool swiglu) {
     gpu_free_all();
 }
 
+/* Three matrices of different heights in one launch (the Q/K/V form), each against its double reference. */
+static void check_gemv_multi(kiln_type type) {
+    const int k = 512, ns[3] = {256, 64, 66};
+    float *x = malloc(sizeof(float) * k), *xs = malloc(sizeof(float) * k), *deq[3];
+    uint8_t *q = malloc(Q8_1_BYTES(k)), *w[3];
+    rng_fill(x, k, 1.0f);
+    float *dx = gpu_upload(x, sizeof(float) * k), *dys[3];
+    void *dq = gpu_alloc(Q8_1_BYTES(k));
+    kiln_cuda_matrix m[3];
+    const kiln_cuda_matrix *ms[3] = {&m[0], &m[1], &m[2]};
+    for (int i = 0; i < 3; i++) {
+        w[i] = random_rows(type, k, ns[i], &deq[i]);
+        m[i] = (kiln_cuda_matrix){upload_matrix(type, w[i], k, ns[i]), type, k, ns[i], kiln_row_size(type, k)};
+        dys[i] = gpu_alloc(sizeof(float) * ns[i]);
+    }
+    kiln_cuda_quantize_q8_1(dx, dq, k, 1, 0);
+    assert_int_equal(kiln_cuda_gemv_multi(ms, dys, 3, dq, dx, 0), 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(k), cudaMemcpyDeviceToHost));
+    dequant_q8_1(q, k, xs);
+    for (int i = 0; i < 3; i++) {
+        float *y = malloc(sizeof(float) * ns[i]);
+        double *ref = malloc(sizeof(double) * ns[i]);
+        CUDA_OK(cudaMemcpy(y, dys[i], sizeof(float) * ns[i], cudaMemcpyDeviceToHost));
+        for (int r = 0; r < ns[i]; r++) {
+            ref[r] = 0;
+            for (int e = 0; e < k; e++) ref[r] += (double)deq[i][(size_t)r * k + e] * xs[e];
+        }
+        assert_true(rel_err(y, ref, ns[i]) < 1e-5);
+        free(y), free(ref), free(deq[i]), free(w[i]);
+    }
+    free(x), free(xs), free(q);
+    gpu_free_all();
+}
+
 /* Embedding rows and F16 tiles against the CPU's dequantized rows. */
 static void check_dequant(kiln_type type) {
     const int k = 512, n = 40, n_tok = 5;
     float *deq;
     uint8_t *w = random_rows(type, k, n, &deq);
     size_t rb = kiln_row_size(type, k);
-    kiln_cuda_matrix m = {gpu_upload(w, rb * n), type, k, n, rb};
+    kiln_cuda_matrix m = {upload_matrix(type, w, k, n), type, k, n, rb};
     int32_t tokens[5] = {7, 0, 39, 7, 21};
     int32_t *dt = gpu_upload(tokens, sizeof tokens);
     float *drows = gpu_alloc(sizeof(float) * k * n_tok), *rows = malloc(sizeof(float) * k * n_tok);
@@ -161,6 +207,7 @@ static void test_type(void **state) {
     if (!has_reference(type)) skip();
     check_gemv(type, false);
     check_gemv(type, true);
+    if (kiln_cuda_type_uses_q8_1(type)) check_gemv_multi(type);
     check_dequant(type);
 }
 
@@ -171,16 +218,16 @@ static void test_rmsnorm(void **state) {
     float *x = malloc(bytes), *res = malloc(bytes), *w = malloc(sizeof(float) * n), *out = malloc(bytes),
           *xo = malloc(bytes), *qb = malloc(bytes);
     double *ref = malloc(sizeof(double) * n * rows), *ref_x = malloc(sizeof(double) * n * rows);
-    q8_1 *q = malloc(sizeof(q8_1) * n / 32 * rows);
+    uint8_t *q = malloc(Q8_1_BYTES(n * rows));
     rng_fill(x, (size_t)n * rows, 2.0f), rng_fill(res, (size_t)n * rows, 1.0f), rng_fill(w, n, 1.5f);
     float *dx = gpu_upload(x, bytes), *dr = gpu_upload(res, bytes), *dw = gpu_upload(w, sizeof(float) * n);
     float *dout = gpu_alloc(bytes);
-    void *dq = gpu_alloc(sizeof(q8_1) * n / 32 * rows);
+    void *dq = gpu_alloc(Q8_1_BYTES(n * rows));
     kiln_cuda_rmsnorm(dx, dr, dw, dout, dq, n, rows, 1e-5f, 0);
     CUDA_SYNC();
     CUDA_OK(cudaMemcpy(out, dout, bytes, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(xo, dx, bytes, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(q, dq, sizeof(q8_1) * n / 32 * rows, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(n * rows), cudaMemcpyDeviceToHost));
     for (int r = 0; r < rows; r++) {
         double ss = 0;
         for (int i = 0; i < n; i++) {
