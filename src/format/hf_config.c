@@ -9,7 +9,7 @@
 
 #define MAX_DIM (1 << 20)
 #define MAX_LAYERS 4096
-#define MAX_VOCAB (1 << 24)
+#define MAX_VOCAB (1 << 21)
 #define MAX_CTX (1 << 26)
 
 static int get_int(json_t *root, const char *key, int64_t lo, int64_t hi, bool required, int64_t *out,
