@@ -46,7 +46,7 @@ size_t kiln_detok_push(kiln_detok *d, const kiln_tokenizer *t, int32_t id, char 
     sink s = {out, cap, 0};
     if (!p || !len) return 0;
     if (d->first) {
-        if (t->add_space_prefix && p[0] == ' ') p++, len--;
+        if (t->kind == KILN_VOCAB_SPM && t->add_space_prefix && p[0] == ' ') p++, len--;
         d->first = false;
     }
     for (size_t i = 0; i < len; i++) {

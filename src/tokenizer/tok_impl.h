@@ -73,6 +73,7 @@ struct kiln_tokenizer {
     uint8_t byte_enc_len[256];
     bool ignore_merges; /* a pre-split word that is itself a token is taken whole (llama3 and kin) */
     const kiln_pretok *pretok;
+    const char *pre_name; /* the name it was chosen by ("default" when unknown); static storage */
     kiln_pretok_compiled *pre_re;
 };
 

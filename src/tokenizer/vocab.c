@@ -253,6 +253,9 @@ int kiln_tokenizer_build(const kiln_vocab_spec *s, kiln_tokenizer **out, kiln_er
         t->kind = KILN_VOCAB_BPE;
         const char *pre = s->pre ? s->pre : "default";
         t->pretok = kiln_pretok_find(pre);
+        t->pre_name = "default";
+        for (const char *const *n = t->pretok ? t->pretok->names : NULL; n && *n; n++)
+            if (!strcmp(*n, pre)) t->pre_name = *n;
         if (!t->pretok) {
             fprintf(stderr, "warning: unknown pre-tokenizer '%s' (tokenizer.ggml.pre); using the default regexes\n", pre);
             t->pretok = kiln_pretok_default();
@@ -345,7 +348,7 @@ int32_t kiln_token_eot(const kiln_tokenizer *t) { return t->eot; }
 bool kiln_tokenizer_add_bos(const kiln_tokenizer *t) { return t->add_bos; }
 bool kiln_tokenizer_add_eos(const kiln_tokenizer *t) { return t->add_eos; }
 const char *kiln_tokenizer_kind(const kiln_tokenizer *t) { return t->kind == KILN_VOCAB_SPM ? "spm" : "bpe"; }
-const char *kiln_tokenizer_pre(const kiln_tokenizer *t) { return t->pretok ? t->pretok->names[0] : "default"; }
+const char *kiln_tokenizer_pre(const kiln_tokenizer *t) { return t->pre_name ? t->pre_name : "default"; }
 
 bool kiln_token_is_eog(const kiln_tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->is_eog[id]; }
 
