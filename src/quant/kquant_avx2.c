@@ -346,13 +346,68 @@ static float vec_dot_q6_K(int64_t n, const void *vx, const void *vy) {
     return hsum_ps(acc);
 }
 
+/* Q8_K activations, byte for byte as kiln_quantize_row_q8_K: the same extreme value (the first of largest
+ * magnitude; NaNs are never it unless they come first), the same product iscale * x, rounded half to even by
+ * vcvtps2dq like lrintf. */
+static int first_index_of_abs(const float *x, float amax) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), target = _mm256_set1_ps(amax);
+    for (int j = 0; j < QK_K; j += 8) {
+        const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j));
+        const int mask = _mm256_movemask_ps(_mm256_cmp_ps(a, target, _CMP_EQ_OQ));
+        if (mask) return j + __builtin_ctz((unsigned)mask);
+    }
+    return 0;
+}
+
+static float max_abs(const float *x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    /* vmaxps returns its second operand when either is NaN: NaNs drop out, as in the scalar search */
+    for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+static inline __m256i round_clamp(const float *x, __m256 iscale) {
+    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(iscale, _mm256_loadu_ps(x)));
+    return _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+}
+
+static void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
+        const float amax = max_abs(src);
+        const float max = src[first_index_of_abs(src, amax)];
+        if (amax == 0 || src[0] != src[0] || max != max) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        const __m256 vscale = _mm256_set1_ps(iscale);
+        for (int j = 0; j < QK_K / 16; j++) {
+            const __m256i a = round_clamp(src + 16 * j, vscale), b = round_clamp(src + 16 * j + 8, vscale);
+            const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * j),
+                             _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+            __m128i s = _mm_add_epi32(_mm256_castsi256_si128(_mm256_add_epi32(a, b)),
+                                      _mm256_extracti128_si256(_mm256_add_epi32(a, b), 1));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+            y[i].bsums[j] = (int16_t)_mm_cvtsi128_si32(s);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
 static const kiln_quant_entry ENTRIES[] = {
     {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K}},
     {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K}},
     {KILN_TYPE_Q4_K, {dequantize_row_q4_K, NULL, vec_dot_q4_K, KILN_TYPE_Q8_K}},
     {KILN_TYPE_Q5_K, {dequantize_row_q5_K, NULL, vec_dot_q5_K, KILN_TYPE_Q8_K}},
     {KILN_TYPE_Q6_K, {dequantize_row_q6_K, NULL, vec_dot_q6_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q8_K, {dequantize_row_q8_K, NULL, NULL, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q8_K, {dequantize_row_q8_K, quantize_row_q8_K, NULL, KILN_TYPE_Q8_K}},
 };
 
 const kiln_quant_family kiln_kquant_avx2_family = {

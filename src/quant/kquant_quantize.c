@@ -14,12 +14,15 @@
 /* below this a group counts as all zeros */
 #define GROUP_MAX_EPS 1e-15f
 
-/* Round half to even, like the reference's float trick; the clamp keeps huge or NaN inputs defined (they are
- * clamped to the quant range afterwards anyway). */
+/* Round half to even: adding 1.5 * 2^23 leaves the rounded integer in the low mantissa bits (valid for |v| < 2^22).
+ * The clamp keeps huge or NaN inputs defined; callers clamp to the quant range afterwards anyway. */
 static inline int nearest_int(float v) {
     if (!(v > -4194303.0f)) v = -4194303.0f;
     if (v > 4194303.0f) v = 4194303.0f;
-    return (int)lrintf(v);
+    const float shifted = v + 12582912.0f;
+    int32_t bits;
+    memcpy(&bits, &shifted, sizeof bits);
+    return (bits & 0x007fffff) - 0x00400000;
 }
 
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
