@@ -106,7 +106,7 @@ tpl_value tpl_getitem(tpl_state *S, long pos, tpl_value obj, tpl_value key) {
     if (obj.type == TPL_DICT) {
         tpl_value *v = tpl_dict_find(obj.d, key);
         if (v) return *v;
-    } else if (obj.type == TPL_LIST && int_key) {
+    } else if (obj.type == TPL_LIST && !obj.l->view && int_key) {
         long i = norm_index(k, obj.l->n);
         if (i >= 0) return obj.l->v[i];
     } else if (obj.type == TPL_STR && int_key) {
@@ -260,10 +260,12 @@ static tpl_value arith(tpl_state *S, long pos, int op, tpl_value a, tpl_value b)
             return tpl_float(pow(fx, fy));
         }
     }
-    if (op == '+' && a.type == b.type && (a.type == TPL_STR || (a.type == TPL_LIST && a.l->is_tuple == b.l->is_tuple)))
+    bool a_seq = a.type == TPL_STR || (a.type == TPL_LIST && !a.l->view);
+    bool b_seq = b.type == TPL_STR || (b.type == TPL_LIST && !b.l->view);
+    if (op == '+' && a_seq && b_seq && a.type == b.type && (a.type == TPL_STR || a.l->is_tuple == b.l->is_tuple))
         return concat(S, a, b);
-    if (op == '*' && (a.type == TPL_STR || a.type == TPL_LIST) && both_ints(b, b)) return repeat(S, pos, a, as_int(b));
-    if (op == '*' && (b.type == TPL_STR || b.type == TPL_LIST) && both_ints(a, a)) return repeat(S, pos, b, as_int(a));
+    if (op == '*' && a_seq && both_ints(b, b)) return repeat(S, pos, a, as_int(b));
+    if (op == '*' && b_seq && both_ints(a, a)) return repeat(S, pos, b, as_int(a));
     bad_operands(S, pos, names[op], a, b);
 }
 
@@ -358,7 +360,8 @@ static void slice_bounds(tpl_state *S, const tpl_node *n, size_t len, int64_t *s
 static tpl_value eval_slice(tpl_state *S, const tpl_node *n) {
     tpl_value obj = eval(S, n->a);
     if (obj.type == TPL_UNDEF) tpl_fail_undefined(S->c, n->pos, obj);
-    if (obj.type != TPL_LIST && obj.type != TPL_STR) tpl_fail(S->c, n->pos, "'%s' object is not subscriptable", tpl_type_name(obj));
+    if ((obj.type != TPL_LIST || obj.l->view) && obj.type != TPL_STR) /* Jinja slices bypass its lenient getitem */
+        tpl_fail(S->c, n->pos, "'%s' object is not subscriptable", tpl_type_name(obj));
     tpl_list *items = obj.type == TPL_LIST ? obj.l : tpl_iter(S, n->pos, obj);
     int64_t start, stop, step;
     slice_bounds(S, n, items->n, &start, &stop, &step);

@@ -16,6 +16,12 @@ static tpl_value lit(const char *s) { return tpl_strv((tpl_str){s, strlen(s)}); 
 
 static tpl_value list_of(tpl_state *S, size_t cap) { return tpl_list_new(S->c, cap); }
 
+/* Jinja's lazy filters return generators: always true, no len(), no indexing (tpl_view). */
+static tpl_value generator(tpl_value list) {
+    list.l->view = TPL_GENERATOR;
+    return list;
+}
+
 /* Jinja's attribute getter for selectattr/map/sort/...: "a.b.0" walks items (then attributes) part by part. */
 static tpl_value get_path(tpl_state *S, long pos, tpl_value item, tpl_value attr) {
     if (attr.type != TPL_STR) return tpl_getitem(S, pos, item, attr);
@@ -45,7 +51,9 @@ static tpl_value f_length(tpl_state *S, tpl_value v, const tpl_args *a) {
     switch (v.type) {
     case TPL_UNDEF: return tpl_int(0);
     case TPL_STR: return tpl_int((int64_t)tpl_utf8_count(v.s));
-    case TPL_LIST: return tpl_int((int64_t)v.l->n);
+    case TPL_LIST:
+        if (v.l->view == TPL_GENERATOR) break;
+        return tpl_int((int64_t)v.l->n);
     case TPL_DICT: if (!v.d->is_namespace) return tpl_int((int64_t)v.d->n); break;
     default: break;
     }
@@ -58,6 +66,7 @@ static tpl_value f_first(tpl_state *S, tpl_value v, const tpl_args *a) {
 }
 
 static tpl_value f_last(tpl_state *S, tpl_value v, const tpl_args *a) {
+    if (v.type == TPL_LIST && v.l->view == TPL_GENERATOR) tpl_fail(S->c, a->pos, "'generator' object is not reversible");
     tpl_list *l = tpl_iter(S, a->pos, v);
     return l->n ? l->v[l->n - 1] : tpl_undef(S->c, "No last item, sequence was empty.");
 }
@@ -85,14 +94,16 @@ static tpl_value f_list(tpl_state *S, tpl_value v, const tpl_args *a) {
 static tpl_value f_items(tpl_state *S, tpl_value v, const tpl_args *a) {
     if (v.type == TPL_UNDEF) return list_of(S, 0);
     if (v.type != TPL_DICT || v.d->is_namespace) tpl_fail(S->c, a->pos, "Can only get item pairs from a mapping.");
-    return tpl_dict_items(S, v.d);
+    tpl_value items = tpl_dict_items(S, v.d);
+    items.l->view = TPL_GENERATOR;
+    return items;
 }
 
 static tpl_value f_reverse(tpl_state *S, tpl_value v, const tpl_args *a) {
     tpl_list *l = tpl_iter(S, a->pos, v);
     tpl_value out = list_of(S, l->n);
     for (size_t i = l->n; i > 0; i--) tpl_list_push(S->c, out.l, l->v[i - 1]);
-    if (v.type != TPL_STR) return out;
+    if (v.type != TPL_STR) return generator(out);
     tpl_sb b;
     tpl_sb_init(&b, S->c);
     for (size_t i = 0; i < out.l->n; i++) tpl_sb_put(&b, out.l->v[i].s.p, out.l->v[i].s.len);
@@ -112,7 +123,7 @@ static tpl_value filter_items(tpl_state *S, tpl_value v, const tpl_args *a, bool
         bool ok = test.type == TPL_NONE ? tpl_truthy(x) : tpl_test(S, str_of(S, test), x, &rest);
         if (ok == want) tpl_list_push(S->c, out.l, l->v[i]);
     }
-    return out;
+    return generator(out);
 }
 static tpl_value f_select(tpl_state *S, tpl_value v, const tpl_args *a) { return filter_items(S, v, a, false, true); }
 static tpl_value f_reject(tpl_state *S, tpl_value v, const tpl_args *a) { return filter_items(S, v, a, false, false); }
@@ -136,7 +147,7 @@ static tpl_value f_map(tpl_state *S, tpl_value v, const tpl_args *a) {
         }
         tpl_list_push(S->c, out.l, x);
     }
-    return out;
+    return generator(out);
 }
 
 /* Sort key as Jinja's sort/unique/min/max use it: the attribute, lower-cased unless case_sensitive. */
@@ -191,7 +202,7 @@ static tpl_value f_unique(tpl_state *S, tpl_value v, const tpl_args *a) {
         tpl_list_push(S->c, seen.l, k);
         tpl_list_push(S->c, out.l, l->v[i]);
     }
-    return out;
+    return generator(out);
 }
 
 static tpl_value min_max(tpl_state *S, tpl_value v, const tpl_args *a, int sign) {
@@ -273,7 +284,7 @@ static tpl_value f_escape(tpl_state *S, tpl_value v, const tpl_args *a) {
     return tpl_strv(tpl_sb_str(&b));
 }
 
-static tpl_value f_safe(tpl_state *S, tpl_value v, const tpl_args *a) { return v; }
+static tpl_value f_safe(tpl_state *S, tpl_value v, const tpl_args *a) { return tpl_strv(str_of(S, v)); }
 
 static tpl_value f_indent(tpl_state *S, tpl_value v, const tpl_args *a) {
     tpl_value w = arg(a, 0, "width", tpl_int(4));
@@ -288,7 +299,9 @@ static tpl_value f_indent(tpl_state *S, tpl_value v, const tpl_args *a) {
         ind = (tpl_str){sp, n > 0 ? (size_t)n : 0};
     }
     bool first = tpl_truthy(arg(a, 1, "first", tpl_bool(false))), blank = tpl_truthy(arg(a, 2, "blank", tpl_bool(false)));
-    tpl_str s = str_of(S, v);
+    if (v.type == TPL_UNDEF) tpl_fail_undefined(S->c, a->pos, v);
+    if (v.type != TPL_STR) tpl_fail(S->c, a->pos, "indent expects a string, got %s", tpl_type_name(v));
+    tpl_str s = v.s;
     tpl_sb src;
     tpl_sb_init(&src, S->c);
     tpl_sb_put(&src, s.p, s.len);
@@ -360,6 +373,7 @@ static tpl_value f_format(tpl_state *S, tpl_value v, const tpl_args *a) {
         else if ((spec == 'd' || spec == 'i') && tpl_is_number(x)) tpl_sb_printf(&b, "%lld", (long long)tpl_as_double(x));
         else tpl_fail(S->c, a->pos, "unsupported format character '%c'", spec);
     }
+    if (k < a->n) tpl_fail(S->c, a->pos, "not all arguments converted during string formatting");
     return tpl_strv(tpl_sb_str(&b));
 }
 
@@ -530,6 +544,9 @@ static bool t_escaped(tpl_state *S, tpl_value v, const tpl_args *a) { return fal
 static bool t_iterable(tpl_state *S, tpl_value v, const tpl_args *a) {
     return v.type == TPL_UNDEF || v.type == TPL_STR || v.type == TPL_LIST || (v.type == TPL_DICT && !v.d->is_namespace);
 }
+static bool t_sequence(tpl_state *S, tpl_value v, const tpl_args *a) {
+    return t_iterable(S, v, a) && !(v.type == TPL_LIST && v.l->view);
+}
 static bool t_eq(tpl_state *S, tpl_value v, const tpl_args *a) { return tpl_equal(v, test_arg(S, a)); }
 static bool t_ne(tpl_state *S, tpl_value v, const tpl_args *a) { return !tpl_equal(v, test_arg(S, a)); }
 static bool t_lt(tpl_state *S, tpl_value v, const tpl_args *a) { return tpl_compare(S->c, a->pos, v, test_arg(S, a)) < 0; }
@@ -556,18 +573,19 @@ static bool t_in(tpl_state *S, tpl_value v, const tpl_args *a) {
     return false;
 }
 
-static int64_t int_of(tpl_state *S, const tpl_args *a, tpl_value v) {
-    if (v.type == TPL_INT) return v.i;
-    if (v.type == TPL_BOOL) return v.b;
-    tpl_fail(S->c, a->pos, "test expects an integer, got %s", tpl_type_name(v));
+/* Python's value % d, as a double (exact for the small integers these tests see). */
+static double py_mod(tpl_state *S, const tpl_args *a, tpl_value v, tpl_value d) {
+    if (v.type == TPL_UNDEF) tpl_fail_undefined(S->c, a->pos, v);
+    if (!tpl_is_number(v) || !tpl_is_number(d))
+        tpl_fail(S->c, a->pos, "test expects numbers, got %s and %s", tpl_type_name(v), tpl_type_name(d));
+    double x = tpl_as_double(v), y = tpl_as_double(d);
+    if (y == 0.0) tpl_fail(S->c, a->pos, "integer division or modulo by zero");
+    double m = fmod(x, y);
+    return m != 0.0 && ((m < 0) != (y < 0)) ? m + y : m;
 }
-static bool t_odd(tpl_state *S, tpl_value v, const tpl_args *a) { return int_of(S, a, v) % 2 != 0; }
-static bool t_even(tpl_state *S, tpl_value v, const tpl_args *a) { return int_of(S, a, v) % 2 == 0; }
-static bool t_divisibleby(tpl_state *S, tpl_value v, const tpl_args *a) {
-    int64_t d = int_of(S, a, test_arg(S, a));
-    if (!d) tpl_fail(S->c, a->pos, "integer division or modulo by zero");
-    return d == -1 || int_of(S, a, v) % d == 0;
-}
+static bool t_odd(tpl_state *S, tpl_value v, const tpl_args *a) { return py_mod(S, a, v, tpl_int(2)) == 1.0; }
+static bool t_even(tpl_state *S, tpl_value v, const tpl_args *a) { return py_mod(S, a, v, tpl_int(2)) == 0.0; }
+static bool t_divisibleby(tpl_state *S, tpl_value v, const tpl_args *a) { return py_mod(S, a, v, test_arg(S, a)) == 0.0; }
 static bool t_lower(tpl_state *S, tpl_value v, const tpl_args *a) {
     tpl_str s = str_of(S, v);
     return tpl_equal(tpl_strv(tpl_str_case(S, s, 'l')), tpl_strv(s)) && !tpl_equal(tpl_strv(tpl_str_case(S, s, 'u')), tpl_strv(s));
@@ -586,7 +604,7 @@ static const test TESTS[] = {
     {"defined", t_defined}, {"undefined", t_undefined}, {"none", t_none},         {"boolean", t_boolean},
     {"true", t_true},       {"false", t_false},         {"integer", t_integer},   {"float", t_float},
     {"number", t_number},   {"string", t_string},       {"mapping", t_mapping},   {"callable", t_callable},
-    {"escaped", t_escaped}, {"iterable", t_iterable},   {"sequence", t_iterable}, {"eq", t_eq},
+    {"escaped", t_escaped}, {"iterable", t_iterable},   {"sequence", t_sequence}, {"eq", t_eq},
     {"equalto", t_eq},      {"==", t_eq},               {"ne", t_ne},             {"!=", t_ne},
     {"lt", t_lt},           {"lessthan", t_lt},         {"<", t_lt},              {"le", t_le},
     {"<=", t_le},           {"gt", t_gt},               {"greaterthan", t_gt},    {">", t_gt},

@@ -65,8 +65,8 @@ static void emit_text(lexer *L, size_t start, size_t end, char sign, bool is_var
     } else if (sign != '+' && !is_var) {
         size_t line = len;
         while (line > 0 && t[line - 1] != '\n') line--;
-        bool blank = true;
-        for (size_t i = line; i < len; i++) blank = blank && (t[i] == ' ' || t[i] == '\t');
+        /* Jinja 3.1.6 tests the rest of the line with \s, so any Unicode whitespace goes, not only spaces and tabs */
+        bool blank = space_run(t, len, line) == len - line;
         if ((line > 0 || L->line_starting) && blank) len = line;
     }
     if (len) emit_simple(L, TOK_TEXT, start, t, len);
@@ -228,7 +228,7 @@ static size_t lex_tag(lexer *L, size_t p, bool is_block, size_t open_pos) {
             const char *close = is_block ? "%}" : "}}";
             char sign = 0;
             size_t q = p;
-            if ((L->s[q] == '-' || L->s[q] == '+') && starts(L, q + 1, close)) sign = L->s[q++];
+            if ((L->s[q] == '-' || (is_block && L->s[q] == '+')) && starts(L, q + 1, close)) sign = L->s[q++];
             if (starts(L, q, close)) {
                 emit_simple(L, is_block ? TOK_BLOCK_END : TOK_VAR_END, p, L->s + p, 2);
                 q += 2;
@@ -263,10 +263,10 @@ static size_t lex_tag(lexer *L, size_t p, bool is_block, size_t open_pos) {
     }
 }
 
-static size_t lex_comment(lexer *L, size_t open) {
-    for (size_t q = open + 2; q + 1 < L->n; q++) {
+static size_t lex_comment(lexer *L, size_t open, size_t body) {
+    for (size_t q = body; q + 1 < L->n; q++) {
         if (L->s[q] != '#' || L->s[q + 1] != '}') continue;
-        char sign = q > open + 2 && L->s[q - 1] == '-' ? '-' : 0;
+        char sign = q > body && (L->s[q - 1] == '-' || L->s[q - 1] == '+') ? L->s[q - 1] : 0;
         return after_block_end(L, q + 2, sign);
     }
     tpl_fail(L->c, (long)open, "missing end of comment tag");
@@ -286,7 +286,7 @@ void tpl_lex(tpl_ctx *c, const char *src, size_t len, tpl_tokens *out) {
         emit_text(&L, L.p, tag, sign, kind == '{');
         size_t end;
         if (kind == '#') {
-            end = lex_comment(&L, tag);
+            end = lex_comment(&L, tag, tag + 2 + (sign ? 1 : 0));
         } else if (kind == '%' && (end = match_raw_begin(&L, tag))) {
             size_t raw_end_start, raw_end;
             char raw_sign;

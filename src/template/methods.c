@@ -357,6 +357,7 @@ static tpl_value m_format(tpl_state *S, tpl_value self, const tpl_args *a) {
 
 static tpl_value dict_view(tpl_state *S, tpl_dict *d, int what) {
     tpl_value out = tpl_list_new(S->c, d->n);
+    out.l->view = what == 'k' ? TPL_DICT_KEYS : what == 'v' ? TPL_DICT_VALUES : TPL_DICT_ITEMS;
     for (size_t i = 0; i < d->n; i++) {
         if (what == 'k') {
             tpl_list_push(S->c, out.l, d->keys[i]);
@@ -419,7 +420,7 @@ static const method LIST_METHODS[] = {{"count", m_list_count}, {"index", m_list_
 tpl_value tpl_method(tpl_state *S, tpl_value obj, tpl_str name) {
     const method *table = obj.type == TPL_STR ? STR_METHODS
                           : obj.type == TPL_DICT && !obj.d->is_namespace ? DICT_METHODS
-                          : obj.type == TPL_LIST ? LIST_METHODS : NULL;
+                          : obj.type == TPL_LIST && !obj.l->view ? LIST_METHODS : NULL;
     for (const method *m = table; m && m->name; m++)
         if (tpl_str_eq(name, m->name)) return tpl_native_func(S, m->name, m->fn, obj);
     return (tpl_value){.type = TPL_UNDEF, .s = {"", 0}};

@@ -214,6 +214,16 @@ static tpl_node *parse_subscript(parser *P, tpl_node *obj, long pos) {
         slice = true;
         k++;
     }
+    if (!slice && parts[0] && is_op(peek(P), ",")) { /* x[a, b] indexes with a tuple */
+        tpl_node *t = new_node(P, NODE_TUPLE, parts[0]->pos);
+        push(P, &t->items, parts[0]);
+        while (is_op(peek(P), ",")) {
+            next(P);
+            if (is_op(peek(P), "]")) break;
+            push(P, &t->items, parse_expression(P));
+        }
+        parts[0] = t;
+    }
     expect_op(P, "]");
     tpl_node *n = new_node(P, slice ? NODE_SLICE : NODE_GETITEM, pos);
     n->a = obj;

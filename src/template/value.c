@@ -196,7 +196,10 @@ const char *tpl_type_name(tpl_value v) {
     case TPL_INT: return "int";
     case TPL_FLOAT: return "float";
     case TPL_STR: return "str";
-    case TPL_LIST: return v.l->is_tuple ? "tuple" : "list";
+    case TPL_LIST: {
+        static const char *const names[] = {"list", "generator", "dict_items", "dict_keys", "dict_values"};
+        return v.l->is_tuple ? "tuple" : names[v.l->view];
+    }
     case TPL_DICT: return v.d->is_namespace ? "Namespace" : "dict";
     case TPL_FUNC: return "function";
     }
@@ -211,7 +214,7 @@ bool tpl_truthy(tpl_value v) {
     case TPL_INT: return v.i != 0;
     case TPL_FLOAT: return v.f != 0.0;
     case TPL_STR: return v.s.len != 0;
-    case TPL_LIST: return v.l->n != 0;
+    case TPL_LIST: return v.l->view == TPL_GENERATOR || v.l->n != 0;
     case TPL_DICT: return v.d->is_namespace || v.d->n != 0;
     case TPL_FUNC: return true;
     }
@@ -238,6 +241,7 @@ bool tpl_equal(tpl_value a, tpl_value b) {
     case TPL_NONE: return true;
     case TPL_STR: return str_eq(a.s, b.s);
     case TPL_LIST:
+        if (a.l->view || b.l->view) return a.l == b.l;
         if (a.l->is_tuple != b.l->is_tuple || a.l->n != b.l->n) return false;
         for (size_t i = 0; i < a.l->n; i++)
             if (!tpl_equal(a.l->v[i], b.l->v[i])) return false;
@@ -270,7 +274,7 @@ int tpl_compare(tpl_ctx *c, long pos, tpl_value a, tpl_value b) {
         if (r) return r < 0 ? -1 : 1;
         return (a.s.len > b.s.len) - (a.s.len < b.s.len);
     }
-    if (a.type == TPL_LIST && b.type == TPL_LIST && a.l->is_tuple == b.l->is_tuple) {
+    if (a.type == TPL_LIST && b.type == TPL_LIST && a.l->is_tuple == b.l->is_tuple && !a.l->view && !b.l->view) {
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
             if (tpl_equal(a.l->v[i], b.l->v[i])) continue;
             return tpl_compare(c, pos, a.l->v[i], b.l->v[i]);
@@ -397,13 +401,20 @@ void tpl_write_repr(tpl_sb *b, tpl_value v) {
     switch (v.type) {
     case TPL_STR: return write_str_repr(b, v.s);
     case TPL_LIST:
+        if (v.l->view == TPL_GENERATOR) return tpl_sb_puts(b, "<generator object>");
+        if (v.l->view) {
+            tpl_sb_puts(b, tpl_type_name(v));
+            tpl_sb_putc(b, '(');
+        }
         tpl_sb_putc(b, v.l->is_tuple ? '(' : '[');
         for (size_t i = 0; i < v.l->n; i++) {
             if (i) tpl_sb_puts(b, ", ");
             tpl_write_repr(b, v.l->v[i]);
         }
         if (v.l->is_tuple && v.l->n == 1) tpl_sb_putc(b, ',');
-        return tpl_sb_putc(b, v.l->is_tuple ? ')' : ']');
+        tpl_sb_putc(b, v.l->is_tuple ? ')' : ']');
+        if (v.l->view) tpl_sb_putc(b, ')');
+        return;
     case TPL_DICT:
         tpl_sb_puts(b, v.d->is_namespace ? "<Namespace {" : "{");
         for (size_t i = 0; i < v.d->n; i++) {
@@ -524,6 +535,7 @@ static bool write_json(tpl_sb *b, tpl_value v, const tpl_json_opts *o, int depth
     case TPL_FLOAT: return write_json_float(b, v.f);
     case TPL_STR: write_json_string(b, v.s, o->ensure_ascii); return true;
     case TPL_LIST:
+        if (v.l->view) return false;
         if (!v.l->n) {
             tpl_sb_puts(b, "[]");
             return true;

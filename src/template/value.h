@@ -65,10 +65,15 @@ typedef struct tpl_value {
     };
 } tpl_value;
 
+/* What Python type a list stands for where it is not a plain list: Jinja's lazy filters (select, map, ...) return
+ * generators, which are always true, have no len() and cannot be indexed; dict methods return views. */
+typedef enum tpl_view { TPL_PLAIN, TPL_GENERATOR, TPL_DICT_ITEMS, TPL_DICT_KEYS, TPL_DICT_VALUES } tpl_view;
+
 struct tpl_list {
     size_t n, cap;
     tpl_value *v;
     bool is_tuple;
+    tpl_view view;
 };
 
 struct tpl_dict {

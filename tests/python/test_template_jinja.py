@@ -198,3 +198,53 @@ def test_raise_exception_reported():
     gemma = SHARED / "templates" / "google-gemma-2-2b-it.jinja"
     ok, err = kiln_render(gemma, variables_for(CONVERSATIONS["not_alternating"], True))
     assert not ok and "Conversation roles must alternate user/assistant/user/assistant/..." in err, err
+
+
+def random_whitespace_template(rng, depth=0):
+    """Text with spaces, tabs, newlines and Unicode whitespace around tags with random '-'/'+' markers."""
+    texts = ["", " ", "  ", "\t", "\n", "\n\n", " \n ", "a", " b ", "\n  c\n", "x\n\t", "\u3000", "\xa0z", "\r\n", "d\r", "\n \n"]
+
+    def sign(plus=True):
+        return rng.choice(["", "", "-", "+" if plus else ""])
+
+    def block(body):
+        return "{%" + sign() + " " + body + " " + sign() + "%}"
+
+    out = []
+    for _ in range(rng.randint(1, 5)):
+        out.append(rng.choice(texts))
+        r = rng.random()
+        if r < 0.25:
+            out.append("{{" + sign(False) + " " + rng.choice(["x", "'q'", "' s '", "'\\n'"]) + " " + sign(False) + "}}")
+        elif r < 0.35:
+            out.append("{#" + sign() + " comment " + sign() + "#}")
+        elif r < 0.5 and depth < 3:
+            out.append(block("if " + rng.choice(["true", "false"])) + random_whitespace_template(rng, depth + 1))
+            if rng.random() < 0.5:
+                out.append(block("else") + random_whitespace_template(rng, depth + 1))
+            out.append(block("endif"))
+        elif r < 0.65 and depth < 3:
+            out.append(block("for i in [1, 2]") + random_whitespace_template(rng, depth + 1) + block("endfor"))
+        elif r < 0.72:
+            out.append(block("set y = 1"))
+        elif r < 0.78:
+            out.append(block("raw") + rng.choice(texts) + "{{ kept }}" + rng.choice(texts) + block("endraw"))
+        out.append(rng.choice(texts))
+    return "".join(out)
+
+
+def test_whitespace_control_random(tmp_path):
+    import random
+
+    rng = random.Random(1234)
+    variables = {"x": "X", "messages": []}
+    path = tmp_path / "ws.jinja"
+    mismatches = []
+    for _ in range(150):
+        source = random_whitespace_template(rng) + rng.choice(["", "\n", "\n\n", " \n"])
+        path.write_bytes(source.encode())
+        want, raised = jinja_render(source, variables)
+        ok, got = kiln_render(path, variables)
+        if (raised is None) != ok or (ok and got != want):
+            mismatches.append(f"{source!r}:\n  jinja: {want!r}\n  kiln:  {got!r}")
+    assert not mismatches, "\n".join(mismatches[:5])
