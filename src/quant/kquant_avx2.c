@@ -95,8 +95,9 @@ static void dequantize_row_q4_K(const void *src, float *dst, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        uint8_t sm[16];
-        kquant_unpack_k4(x[i].scales, sm);
+        uint32_t words[4];
+        kquant_unpack_k4_words(x[i].scales, words);
+        const uint8_t *sm = (const uint8_t *)words; /* 8 scales, then 8 mins */
         for (int j = 0; j < QK_K / 64; j++, dst += 64) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             store32_affine(dst, _mm256_and_si256(q, m4), d * (float)sm[2 * j], dmin * (float)sm[8 + 2 * j]);
@@ -119,8 +120,9 @@ static void dequantize_row_q5_K(const void *src, float *dst, int64_t n) {
     const block_q5_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        uint8_t sm[16];
-        kquant_unpack_k4(x[i].scales, sm);
+        uint32_t words[4];
+        kquant_unpack_k4_words(x[i].scales, words);
+        const uint8_t *sm = (const uint8_t *)words; /* 8 scales, then 8 mins */
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         for (int j = 0; j < QK_K / 64; j++, dst += 64) {
             __m256i lo, hi;

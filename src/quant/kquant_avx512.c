@@ -108,8 +108,9 @@ static void dequantize_row_q4_K(const void *src, float *dst, int64_t n) {
     const block_q4_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        uint8_t sm[16];
-        kquant_unpack_k4(x[i].scales, sm);
+        uint32_t words[4];
+        kquant_unpack_k4_words(x[i].scales, words);
+        const uint8_t *sm = (const uint8_t *)words; /* 8 scales, then 8 mins */
         for (int j = 0; j < QK_K / 64; j++) {
             const __m512i v = q4_pair(x[i].qs, j);
             for (int k = 0; k < 4; k++, dst += 16) {
@@ -124,8 +125,9 @@ static void dequantize_row_q5_K(const void *src, float *dst, int64_t n) {
     const block_q5_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        uint8_t sm[16];
-        kquant_unpack_k4(x[i].scales, sm);
+        uint32_t words[4];
+        kquant_unpack_k4_words(x[i].scales, words);
+        const uint8_t *sm = (const uint8_t *)words; /* 8 scales, then 8 mins */
         for (int j = 0; j < QK_K / 64; j++) {
             const __m512i v = q5_pair(x[i].qs, x[i].qh, j);
             for (int k = 0; k < 4; k++, dst += 16) {
