@@ -39,7 +39,8 @@ int kiln_gguf_writer_add_u64(kiln_gguf_writer *w, const char *key, uint64_t v);
 int kiln_gguf_writer_add_f32(kiln_gguf_writer *w, const char *key, float v);
 int kiln_gguf_writer_add_bool(kiln_gguf_writer *w, const char *key, bool v);
 int kiln_gguf_writer_add_str(kiln_gguf_writer *w, const char *key, const char *v);
-/* An array of numbers in native layout (elem_type UINT8..FLOAT64 or BOOL). */
+/* An array of numbers in native layout (elem_type UINT8..FLOAT64 or BOOL). Arrays of arrays (via add_value) are
+ * valid GGUF but llama.cpp refuses them: keep them out of files meant for it. */
 int kiln_gguf_writer_add_arr(kiln_gguf_writer *w, const char *key, kiln_gguf_vtype elem_type, const void *data,
                              uint64_t n);
 int kiln_gguf_writer_add_str_arr(kiln_gguf_writer *w, const char *key, const char *const *v, uint64_t n);

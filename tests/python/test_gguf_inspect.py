@@ -55,6 +55,24 @@ def test_json_matches_gguf_reader(kiln_bin, default_model):
     assert total["parameters"] == sum(int(t.n_elements) for t in ref.tensors)
 
 
+def test_safetensors_folder(kiln_bin, default_model, source_dir, tmp_path):
+    # the default model as a Hugging Face folder (tests/python/gguf_to_hf.py) shows the same model
+    folder = tmp_path / "hf"
+    script = os.path.join(source_dir, "tests", "python", "gguf_to_hf.py")
+    subprocess.run(["python3", script, default_model, str(folder), "--dtype", "bf16"], check=True, capture_output=True)
+    r = inspect(kiln_bin, str(folder), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    g = json.loads(inspect(kiln_bin, default_model, "--json").stdout)
+    assert d["format"] == "safetensors" and d["architecture"] == "llama"
+    assert {t["name"] for t in d["tensors"]} == {t["name"] for t in g["tensors"]}
+    assert all(t["type"] == "bf16" for t in d["tensors"])
+    assert d["totals"]["parameters"] == g["totals"]["parameters"]
+    assert d["tokenizer"]["vocab_size"] == g["tokenizer"]["vocab_size"]
+    for key in ("block_count", "embedding_length", "attention.head_count", "attention.head_count_kv"):
+        assert d["hyperparameters"][key] == g["hyperparameters"][key], key
+
+
 def test_vocab_only_files(kiln_bin, shared_dir):
     files = sorted(glob.glob(os.path.join(shared_dir, "vocab", "*.gguf")))
     if not files:
