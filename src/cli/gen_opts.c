@@ -1,0 +1,143 @@
+#include "cli/gen_opts.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void gen_opts_init(gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->ctx = kiln_context_default_params();
+    o->sampling = kiln_sampling_default_params();
+}
+
+int gen_parse_int(const char *opt, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "error: %s expects a whole number in %ld..%ld, got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *opt, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "error: %s expects a number in %g..%g, got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_seed(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        fprintf(stderr, "error: --seed expects a non-negative whole number, got '%s'\n", s);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--kv-f32")) {
+        o->ctx.kv_f32 = true;
+        return 1;
+    }
+    static const char *const with_value[] = {"-m", "--model", "-t", "--threads", "-c", "--ctx", "-b", "--batch",
+                                             "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                                             "--repeat-last-n", "--presence-penalty", "--frequency-penalty",
+                                             "--seed", "--stop", "--top-logprobs"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
+    if (!known) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "error: %s needs a value\n", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    long n;
+    kiln_sampling_params *s = &o->sampling;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+        if (gen_parse_int(a, v, 1, 1024, &n)) return -1;
+        o->ctx.n_threads = (int)n;
+    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+        if (gen_parse_int(a, v, 1, 1 << 24, &n)) return -1;
+        o->ctx.n_ctx = (int)n;
+    } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
+        if (gen_parse_int(a, v, 1, 65536, &n)) return -1;
+        o->ctx.n_batch = (int)n;
+    } else if (!strcmp(a, "--temp")) return parse_float(a, v, 0, 100, &s->temperature) ? -1 : 1;
+    else if (!strcmp(a, "--top-k")) {
+        if (gen_parse_int(a, v, 0, 1 << 24, &n)) return -1;
+        s->top_k = (int)n;
+    } else if (!strcmp(a, "--top-p")) return parse_float(a, v, 1e-6f, 1, &s->top_p) ? -1 : 1;
+    else if (!strcmp(a, "--min-p")) return parse_float(a, v, 0, 1, &s->min_p) ? -1 : 1;
+    else if (!strcmp(a, "--repeat-penalty")) return parse_float(a, v, 1e-3f, 100, &s->repeat_penalty) ? -1 : 1;
+    else if (!strcmp(a, "--repeat-last-n")) {
+        if (gen_parse_int(a, v, -1, 1 << 20, &n)) return -1;
+        s->repeat_last_n = (int)n;
+    } else if (!strcmp(a, "--presence-penalty")) return parse_float(a, v, -100, 100, &s->presence_penalty) ? -1 : 1;
+    else if (!strcmp(a, "--frequency-penalty")) return parse_float(a, v, -100, 100, &s->frequency_penalty) ? -1 : 1;
+    else if (!strcmp(a, "--seed")) return parse_seed(v, &s->seed) ? -1 : 1;
+    else if (!strcmp(a, "--top-logprobs")) {
+        if (gen_parse_int(a, v, 0, KILN_MAX_TOP_LOGPROBS, &n)) return -1;
+        s->n_top_logprobs = (int)n;
+    } else if (!strcmp(a, "--stop")) {
+        if (o->n_stop == GEN_MAX_STOP || !v[0]) {
+            fprintf(stderr, "error: --stop takes a non-empty string, at most %d times\n", GEN_MAX_STOP);
+            return -1;
+        }
+        o->stop[o->n_stop++] = v;
+    }
+    return 1;
+}
+
+void gen_opts_usage(FILE *out, int with_sampling) {
+    fprintf(out, "  -m, --model PATH         GGUF file or safetensors folder (required)\n"
+                 "  -t, --threads N          worker threads (default: physical cores)\n"
+                 "  -c, --ctx N              context size in tokens (default: the model's, at most 4096)\n"
+                 "  -b, --batch N            prompt tokens per batched step (default 512)\n"
+                 "  --kv-f32                 F32 KV cache (default F16)\n");
+    if (!with_sampling) return;
+    fprintf(out, "  --temp T                 temperature, 0 = greedy (default 0.8)\n"
+                 "  --top-k K                keep the K most likely tokens, 0 = off (default 40)\n"
+                 "  --top-p P                nucleus sampling, 1 = off (default 0.95)\n"
+                 "  --min-p P                drop tokens below P x the top probability, 0 = off (default 0.05)\n"
+                 "  --repeat-penalty X       penalize recent tokens, 1 = off (default 1)\n"
+                 "  --repeat-last-n N        recent tokens the penalties see, -1 = all (default 64)\n"
+                 "  --presence-penalty X     subtract X from tokens already present (default 0)\n"
+                 "  --frequency-penalty X    subtract X per occurrence (default 0)\n"
+                 "  --seed S                 random seed; the same seed gives the same text (default: random)\n"
+                 "  --stop STR               stop before STR (repeatable)\n");
+}
+
+int gen_opts_open(const gen_opts *o, kiln_model **m, kiln_context **c) {
+    char err[512];
+    *m = NULL;
+    *c = NULL;
+    if (!o->model) {
+        fprintf(stderr, "error: no model given (-m PATH)\n");
+        return -1;
+    }
+    if (!(*m = kiln_model_open(o->model, err, sizeof err))) {
+        fprintf(stderr, "error: %s\n", err);
+        return -1;
+    }
+    if (!(*c = kiln_context_new(*m, &o->ctx, err, sizeof err))) {
+        fprintf(stderr, "error: %s\n", err);
+        kiln_model_close(*m);
+        *m = NULL;
+        return -1;
+    }
+    return 0;
+}
