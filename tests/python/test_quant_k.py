@@ -334,6 +334,17 @@ def test_vec_dot_matches_dequantized_dot(qtype, isa):
         assert abs(got - ref) <= bound, (got, ref, bound)
 
 
+def test_vec_dot_q8_k_with_itself():
+    rng = np.random.default_rng(8)
+    n = 4096
+    x_raw = lib.quantize(Q8_K, rng.standard_normal(n).astype(F32))
+    y_raw = lib.quantize(Q8_K, rng.standard_normal(n).astype(F32))
+    xd = reference_dequantize(Q8_K, x_raw).astype(np.float64)
+    yd = reference_dequantize(Q8_K, y_raw).astype(np.float64)
+    got = lib.vec_dot(Q8_K, x_raw, y_raw, n, ISAS[-1])
+    assert abs(got - float(np.dot(xd, yd))) <= 1e-5 * float(np.sum(np.abs(xd * yd)))
+
+
 def model_path():
     script = os.path.join(os.environ.get("KILN_SOURCE_DIR", "."), "scripts", "fetch-model.sh")
     return subprocess.run([script], check=True, capture_output=True, text=True).stdout.strip()
