@@ -62,12 +62,16 @@ typedef enum tpl_node_kind {
     NODE_FOR,      /* for names in a [if b]: items else items2 */
     NODE_SET,      /* names = b, or names[0].name = b when op == '.' */
     NODE_SETBLOCK, /* names[0] = rendered items */
-    NODE_MACRO,    /* macro name(names = items2 defaults, NULL for none): items */
+    NODE_MACRO,    /* macro name(names = items2 defaults, NULL for none): items; op: MACRO_USES_* */
     NODE_CALLBLOCK, /* call a (items2: the caller body as a macro node in b) */
     NODE_BREAK,
     NODE_CONTINUE,
     NODE_BODY, /* items, rendered in place (generation blocks) */
 } tpl_node_kind;
+
+/* What a macro body refers to decides what a call may pass, as in Jinja: extra positional arguments need varargs,
+ * unknown keywords need kwargs, a {% call %} needs caller. */
+enum { MACRO_USES_CALLER = 1, MACRO_USES_VARARGS = 2, MACRO_USES_KWARGS = 4 };
 
 typedef struct tpl_node tpl_node;
 typedef struct tpl_nodes {

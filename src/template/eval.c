@@ -494,6 +494,9 @@ static void exec_for(tpl_state *S, const tpl_node *n) {
             S->scope = outer;
         }
     }
+    /* Jinja runs the else block unless some iteration reached the end of the body: a loop left by break (or
+     * whose every iteration ended in continue) runs it too. */
+    bool completed = false;
     for (size_t i = 0; i < items->n; i++) {
         if (++S->steps > MAX_STEPS) tpl_fail(S->c, n->pos, "too many loop iterations");
         S->scope = tpl_scope_new(S, outer);
@@ -501,9 +504,10 @@ static void exec_for(tpl_state *S, const tpl_node *n) {
         tpl_scope_set(S, S->scope, (tpl_str){"loop", 4}, make_loop(S, items, i));
         flow f = exec_body(S, &n->items);
         S->scope = outer;
+        completed = completed || f == FLOW_NORMAL;
         if (f == FLOW_BREAK) break;
     }
-    if (!items->n) exec_body(S, &n->items2);
+    if (!completed) exec_body(S, &n->items2);
 }
 
 static void exec_set(tpl_state *S, const tpl_node *n) {
@@ -515,13 +519,22 @@ static void exec_set(tpl_state *S, const tpl_node *n) {
     tpl_dict_set(S->c, ns.d, tpl_strv(n->name), v);
 }
 
-static tpl_str render_to_string(tpl_state *S, const tpl_nodes *body) {
+static tpl_str render_to_string(tpl_state *S, const tpl_nodes *body, flow *f) {
     tpl_sb b, *saved = S->out;
     tpl_sb_init(&b, S->c);
     S->out = &b;
-    exec_body(S, body);
+    flow got = exec_body(S, body);
+    if (f) *f = got;
     S->out = saved;
     return tpl_sb_str(&b);
+}
+
+/* A break or continue inside a block set leaves the loop before the variable is assigned, as in Jinja. */
+static flow exec_setblock(tpl_state *S, const tpl_node *n) {
+    flow f;
+    tpl_str s = render_to_string(S, &n->items, &f);
+    if (f == FLOW_NORMAL) tpl_scope_set(S, S->scope, n->names[0], tpl_strv(s));
+    return f;
 }
 
 static tpl_value make_macro(tpl_state *S, const tpl_node *n) {
@@ -540,7 +553,7 @@ static flow exec_node(tpl_state *S, const tpl_node *n) {
     case NODE_IF: return exec_body(S, tpl_truthy(eval(S, n->a)) ? &n->items : &n->items2);
     case NODE_FOR: exec_for(S, n); break;
     case NODE_SET: exec_set(S, n); break;
-    case NODE_SETBLOCK: tpl_scope_set(S, S->scope, n->names[0], tpl_strv(render_to_string(S, &n->items))); break;
+    case NODE_SETBLOCK: return exec_setblock(S, n);
     case NODE_MACRO: tpl_scope_set(S, S->scope, n->name, make_macro(S, n)); break;
     case NODE_CALLBLOCK: tpl_write_str(S->out, eval_call(S, n->a, make_macro(S, n->b))); break;
     case NODE_BREAK: return FLOW_BREAK;
@@ -569,6 +582,7 @@ static tpl_value call_macro(tpl_state *S, const tpl_func *f, const tpl_args *a) 
     tpl_scope *saved = S->scope;
     S->scope = tpl_scope_new(S, S->globals);
     tpl_value varargs = tpl_list_new(S->c, 0), kwargs = tpl_dict_new(S->c);
+    varargs.l->is_tuple = true;
     for (size_t i = m->n_names; i < a->n; i++) tpl_list_push(S->c, varargs.l, a->v[i]);
     for (size_t i = 0; i < m->n_names; i++) {
         tpl_value v = i < a->n ? a->v[i] : tpl_undef(S->c, "parameter '%.*s' was not provided", (int)m->names[i].len, m->names[i].p);
@@ -577,15 +591,21 @@ static tpl_value call_macro(tpl_state *S, const tpl_func *f, const tpl_args *a) 
         if (v.type == TPL_UNDEF && m->items2.v[i]) v = eval(S, m->items2.v[i]);
         tpl_scope_set(S, S->scope, m->names[i], v);
     }
+    if (a->n > m->n_names && !(m->op & MACRO_USES_VARARGS))
+        tpl_fail(S->c, a->pos, "macro '%s' takes not more than %zu argument(s)", f->name, m->n_names);
+    if (m->op & MACRO_USES_CALLER) tpl_scope_set(S, S->scope, (tpl_str){"caller", 6}, tpl_undef(S->c, "No caller defined"));
     for (size_t k = 0; k < a->n_kw; k++) {
+        tpl_str kw = a->kw_names[k];
         bool is_param = false;
-        for (size_t i = 0; i < m->n_names; i++) is_param = is_param || (a->kw_names[k].len == m->names[i].len && !memcmp(a->kw_names[k].p, m->names[i].p, m->names[i].len));
-        if (tpl_str_eq(a->kw_names[k], "caller")) tpl_scope_set(S, S->scope, a->kw_names[k], a->kw[k]);
-        else if (!is_param) tpl_dict_set(S->c, kwargs.d, tpl_strv(a->kw_names[k]), a->kw[k]);
+        for (size_t i = 0; i < m->n_names; i++) is_param = is_param || (kw.len == m->names[i].len && !memcmp(kw.p, m->names[i].p, kw.len));
+        if (is_param) continue;
+        if (tpl_str_eq(kw, "caller") && (m->op & MACRO_USES_CALLER)) tpl_scope_set(S, S->scope, kw, a->kw[k]);
+        else if (m->op & MACRO_USES_KWARGS) tpl_dict_set(S->c, kwargs.d, tpl_strv(kw), a->kw[k]);
+        else tpl_fail(S->c, a->pos, "macro '%s' takes no keyword argument '%.*s'", f->name, (int)kw.len, kw.p);
     }
     tpl_scope_set(S, S->scope, (tpl_str){"varargs", 7}, varargs);
     tpl_scope_set(S, S->scope, (tpl_str){"kwargs", 6}, kwargs);
-    tpl_str s = render_to_string(S, &m->items);
+    tpl_str s = render_to_string(S, &m->items, NULL);
     S->scope = saved;
     S->depth--;
     return tpl_strv(s);

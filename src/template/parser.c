@@ -12,6 +12,7 @@ typedef struct parser {
     tpl_tokens toks;
     size_t i;
     int depth;
+    int loops; /* for loops around the statement being parsed, within the current macro or call body */
 } parser;
 
 static const tpl_token *peek(const parser *P) { return &P->toks.v[P->i]; }
@@ -484,7 +485,9 @@ static tpl_node *parse_for(parser *P, long pos) {
     if (is_name(peek(P), "recursive")) tpl_fail(P->c, peek(P)->pos, "recursive for loops are not supported");
     expect_block_end(P);
     tpl_str which;
+    P->loops++;
     n->items = parse_until(P, END_FOR, &which);
+    P->loops--;
     expect_block_end(P);
     if (str_is(which, "else")) {
         n->items2 = parse_until(P, END_ENDFOR, &which);
@@ -530,6 +533,27 @@ static tpl_node *parse_set(parser *P, long pos) {
     return n;
 }
 
+static bool refers_to(const tpl_node *n, const char *name);
+
+static bool any_refers_to(const tpl_nodes *l, const char *name) {
+    for (size_t i = 0; i < l->n; i++)
+        if (refers_to(l->v[i], name)) return true;
+    return false;
+}
+
+static bool refers_to(const tpl_node *n, const char *name) {
+    if (!n) return false;
+    if (n->kind == NODE_NAME && str_is(n->name, name)) return true;
+    return refers_to(n->a, name) || refers_to(n->b, name) || refers_to(n->c, name) || refers_to(n->d, name) ||
+           any_refers_to(&n->items, name) || any_refers_to(&n->items2, name);
+}
+
+static void note_macro_uses(tpl_node *m) {
+    m->op = (any_refers_to(&m->items, "caller") ? MACRO_USES_CALLER : 0) |
+            (any_refers_to(&m->items, "varargs") ? MACRO_USES_VARARGS : 0) |
+            (any_refers_to(&m->items, "kwargs") ? MACRO_USES_KWARGS : 0);
+}
+
 /* Macro parameters "(a, b=default, ...)" into names and items2 (NULL where there is no default). */
 static void parse_params(parser *P, tpl_node *n) {
     expect_op(P, "(");
@@ -552,8 +576,12 @@ static tpl_node *parse_macro(parser *P, long pos) {
     parse_params(P, n);
     expect_block_end(P);
     tpl_str which;
+    int loops = P->loops; /* a macro body is a function of its own: no loop to break out of */
+    P->loops = 0;
     n->items = parse_until(P, END_MACRO, &which);
+    P->loops = loops;
     expect_block_end(P);
+    note_macro_uses(n);
     return n;
 }
 
@@ -567,8 +595,12 @@ static tpl_node *parse_call_block(parser *P, long pos) {
     if (n->a->kind != NODE_CALL) tpl_fail(P->c, pos, "expected a call after 'call'");
     expect_block_end(P);
     tpl_str which;
+    int loops = P->loops;
+    P->loops = 0;
     caller->items = parse_until(P, END_CALL, &which);
+    P->loops = loops;
     expect_block_end(P);
+    note_macro_uses(caller);
     n->b = caller;
     return n;
 }
@@ -584,6 +616,7 @@ static tpl_node *parse_statement(parser *P) {
     if (str_is(kw, "macro")) return parse_macro(P, pos);
     if (str_is(kw, "call")) return parse_call_block(P, pos);
     if (str_is(kw, "break") || str_is(kw, "continue")) {
+        if (!P->loops) tpl_fail(P->c, pos, "'%.*s' outside loop", (int)kw.len, kw.p);
         expect_block_end(P);
         return new_node(P, str_is(kw, "break") ? NODE_BREAK : NODE_CONTINUE, pos);
     }

@@ -248,3 +248,59 @@ def test_whitespace_control_random(tmp_path):
         if (raised is None) != ok or (ok and got != want):
             mismatches.append(f"{source!r}:\n  jinja: {want!r}\n  kiln:  {got!r}")
     assert not mismatches, "\n".join(mismatches[:5])
+
+
+def random_statement_template(rng, depth=0):
+    """Nested for/if/set/macro/call/break/continue statements: scoping, loop variables and for-else semantics."""
+    exprs = ["a", "b", "x", "1", "'s'", "a + 1", "loop.index", "loop.first", "loop.last", "loop.length",
+             "loop.revindex0", "loop.previtem", "loop.nextitem", "loop.cycle(1, 2)", "ns.v", "ns.v ~ a", "m.role",
+             "messages|length", "i", "k", "v", "mac(1)", "mac(b=2, a=3)"]
+    if depth > 3:
+        return "{{ " + rng.choice(exprs) + " }}"
+    parts = []
+    for _ in range(rng.randint(1, 3)):
+        r = rng.random()
+        if r < 0.25:
+            parts.append("{{ " + rng.choice(exprs) + " }}")
+        elif r < 0.35:
+            parts.append("{% set " + rng.choice("abmx") + " = " + rng.choice(exprs) + " %}")
+        elif r < 0.42:
+            parts.append("{% set ns.v = " + rng.choice(exprs) + " %}")
+        elif r < 0.55:
+            iterable = rng.choice(["[1, 2, 3]", "messages", "range(2)", "[]", "'ab'"]) + rng.choice(["", " if i"])
+            else_part = rng.choice(["", "{% else %}E"])
+            parts.append("{% for i in " + iterable + " %}" + random_statement_template(rng, depth + 1) + else_part + "{% endfor %}")
+        elif r < 0.62:
+            pairs = rng.choice(["{'p': 1, 'q': 2}.items()", "[[1, 2], [3, 4]]", "d|items"])
+            parts.append("{% for k, v in " + pairs + " %}" + random_statement_template(rng, depth + 1) + "{% endfor %}")
+        elif r < 0.72:
+            tail = rng.choice(["", "{% elif b %}B", "{% else %}" + random_statement_template(rng, depth + 1)])
+            parts.append("{% if " + rng.choice(exprs) + " %}" + random_statement_template(rng, depth + 1) + tail + "{% endif %}")
+        elif r < 0.78:
+            parts.append(rng.choice(["{% break %}", "{% continue %}"]) if "{% for" in "".join(parts) or depth else ".")
+        elif r < 0.85:
+            parts.append("{% macro mac(a, b=5) %}[" + random_statement_template(rng, depth + 1) + "{{ varargs }}]{% endmacro %}")
+        elif r < 0.9:
+            parts.append("{% call mac(7) %}C" + random_statement_template(rng, depth + 1) + "{% endcall %}")
+        else:
+            parts.append("{% set x %}" + random_statement_template(rng, depth + 1) + "{% endset %}")
+    return " ".join(parts)
+
+
+def test_statements_random(tmp_path):
+    import random
+
+    rng = random.Random(99)
+    variables = {"messages": [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"}], "d": {"z": 9}}
+    path = tmp_path / "st.jinja"
+    mismatches, rendered = [], 0
+    for _ in range(150):
+        source = "{% set ns = namespace(v=0) %}{% set a = 10 %}" + random_statement_template(rng) + " {{ a }} {{ b }} {{ x }} {{ ns.v }}"
+        path.write_text(source)
+        want, raised = jinja_render(source, variables)
+        ok, got = kiln_render(path, variables)
+        rendered += raised is None
+        if (raised is None) != ok or (ok and got != want):
+            mismatches.append(f"{source}:\n  jinja: {want!r}\n  kiln:  {got!r}")
+    assert not mismatches, "\n".join(mismatches[:5])
+    assert rendered > 30  # the rest must fail in both (break outside a loop, bad macro calls, ...)

@@ -88,6 +88,12 @@ static void test_statements(void **state) {
           "hi bob! hi al?");
     check("{% if false %}a{% elif true %}b{% else %}c{% endif %}", "b");
     check("{% generation %}kept{% endgeneration %}", "kept");
+    /* Jinja runs a for loop's else block unless an iteration reached the end of the body */
+    check("{% for i in [1, 2] %}{{ i }}{% break %}{% else %}E{% endfor %}", "1E");
+    check("{% for i in [1, 2] %}{{ i }}{% continue %}{% else %}E{% endfor %}", "12E");
+    check("{% for i in [1, 2] %}{% set x %}{% break %}{% endset %}{{ i }}{% endfor %}", "");
+    check("{% if [1]|select('even') %}generators are true{% endif %}", "generators are true");
+    check("{% macro m() %}{{ varargs }}{{ kwargs }}{{ caller() }}{% endmacro %}{% call m(1, k=2) %}c{% endcall %}", "(1,){'k': 2}c");
 }
 
 static void test_filters_and_methods(void **state) {
@@ -147,6 +153,10 @@ static void test_errors(void **state) {
     check_error("{{ x | nosuchfilter }}", NULL, "no filter named 'nosuchfilter'");
     check_error("{{ 1 / 0 }}", NULL, "division by zero");
     check_error("{% for i in range(100000000) %}{% endfor %}", NULL, "range too large");
+    check_error("{% for i in [1] %}{% macro m() %}{% break %}{% endmacro %}{% endfor %}", NULL, "'break' outside loop");
+    check_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}", NULL, "takes not more than 1 argument");
+    check_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=2) }}", NULL, "takes no keyword argument 'b'");
+    check_error("{{ [1, 2]|select('odd')|length }}", NULL, "has no len()");
 }
 
 /* Pathological templates fail cleanly instead of exhausting the stack. */
