@@ -208,55 +208,86 @@ static inline __m256i quants_q5_1(const block_q5_1 *b) {
     return _mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh));
 }
 
-/* One step over blocks i and i + 1 of a symmetric type with Q8_0 activations: d_x d_y * dot(q_x, q_y) per block.
- * Without `pair` only block i is read (the last block of an odd count). */
-#define VEC_DOT_SYMMETRIC(name, block_type, quants, dot)                                                            \
-    ALWAYS_INLINE __m512 name##_step(const block_type *x, const block_q8_0 *y, __m512 acc, const bool pair,          \
+/* Offset types add m_x * s_y per block; symmetric types have no such term. */
+static inline float offset_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
+    return half_to_float(x->m) * half_to_float(y->s);
+}
+static inline float offset_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
+    return half_to_float(x->m) * half_to_float(y->s);
+}
+static inline float no_offset(const void *x, const void *y) {
+    (void)x;
+    (void)y;
+    return 0.0f;
+}
+
+static inline uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The first 4 bytes of 4 blocks, inserted one by one: built any other way, compilers assemble the vector in memory
+ * and stall on the reload. */
+static inline __m128i heads4(const uint8_t *b, size_t stride) {
+    __m128i v = _mm_cvtsi32_si128((int)load_u32(b));
+    v = _mm_insert_epi32(v, (int)load_u32(b + stride), 1);
+    v = _mm_insert_epi32(v, (int)load_u32(b + 2 * stride), 2);
+    return _mm_insert_epi32(v, (int)load_u32(b + 3 * stride), 3);
+}
+
+/* The first two halves of 8 consecutive blocks: d and m of offset weights, d and s of Q8_1, d and two quant bytes
+ * of the others. */
+static inline __m512 block_heads(const void *blocks, size_t stride) {
+    const uint8_t *b = blocks;
+    return _mm512_cvtph_ps(_mm256_set_m128i(heads4(b + 4 * stride, stride), heads4(b, stride)));
+}
+
+/* Permute indices that spread the scale of block 2p over the low half of a vector and of block 2p + 1 over the
+ * high half, taken from the even lanes of the head products. */
+static inline __m512i pair_pick(int p) {
+    return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(4 * p), _mm512_set1_epi32(4 * p + 2));
+}
+
+/* A dot product of weights with Q8_0 or Q8_1 activations. Blocks go in groups of 8, whose scales come from one
+ * multiply of their heads: d_x d_y lands in the even lanes and, for offset types, m_x s_y in the odd ones. Each pair
+ * of blocks then takes one integer dot and one FMA. Leftover blocks take their scales one by one. */
+#define VEC_DOT(name, block_type, act_type, quants, dot, offset, has_offset)                                        \
+    ALWAYS_INLINE __m512 name##_pair(const block_type *x, const act_type *y, __m512 d, __m512 acc, const bool pair,  \
                                      const bool vnni) {                                                              \
         __m512i qx = join(quants(&x[0]), pair ? quants(&x[1]) : _mm256_setzero_si256());                             \
         __m512i qy = join(q8_quants(y[0].qs), pair ? q8_quants(y[1].qs) : _mm256_setzero_si256());                   \
-        __m512 d = join_scales(scale_of(x[0].d, y[0].d), pair ? scale_of(x[1].d, y[1].d) : 0.0f);                   \
         return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot(qx, qy, vnni)), acc);                                       \
     }                                                                                                                \
     ALWAYS_INLINE float name##_impl(int64_t n, const void *vx, const void *vy, const bool vnni) {                  \
         const block_type *x = vx;                                                                                    \
-        const block_q8_0 *y = vy;                                                                                    \
+        const act_type *y = vy;                                                                                      \
         const int64_t nb = n / QK8_0;                                                                                \
-        __m512 acc = _mm512_setzero_ps();                                                                            \
+        const __m512i pick[4] = {pair_pick(0), pair_pick(1), pair_pick(2), pair_pick(3)};                            \
+        __m512 acc = _mm512_setzero_ps(), offsets = _mm512_setzero_ps();                                             \
         int64_t i = 0;                                                                                               \
-        for (; i + 1 < nb; i += 2) acc = name##_step(x + i, y + i, acc, true, vnni);                                 \
-        if (i < nb) acc = name##_step(x + i, y + i, acc, false, vnni);                                               \
-        return _mm512_reduce_add_ps(acc);                                                                            \
+        for (; i + 8 <= nb; i += 8) {                                                                                \
+            __m512 products = _mm512_mul_ps(block_heads(x + i, sizeof *x), block_heads(y + i, sizeof *y));           \
+            for (int p = 0; p < 4; p++)                                                                              \
+                acc = name##_pair(x + i + 2 * p, y + i + 2 * p, _mm512_permutexvar_ps(pick[p], products), acc, true,  \
+                                  vnni);                                                                             \
+            if (has_offset) offsets = _mm512_mask_add_ps(offsets, 0xAAAA, offsets, products);                        \
+        }                                                                                                            \
+        float tail_offsets = 0.0f;                                                                                   \
+        for (; i < nb; i += 2) {                                                                                     \
+            bool pair = i + 1 < nb;                                                                                  \
+            __m512 d = join_scales(scale_of(x[i].d, y[i].d), pair ? scale_of(x[i + 1].d, y[i + 1].d) : 0.0f);       \
+            acc = name##_pair(x + i, y + i, d, acc, pair, vnni);                                                     \
+            tail_offsets += offset(&x[i], &y[i]) + (pair ? offset(&x[i + 1], &y[i + 1]) : 0.0f);                     \
+        }                                                                                                            \
+        return _mm512_reduce_add_ps(acc) + _mm512_reduce_add_ps(offsets) + tail_offsets;                             \
     }
 
-/* The same for offset types with Q8_1 activations, plus the min term m_x * s_y, which needs no quants. */
-#define VEC_DOT_OFFSET(name, block_type, quants)                                                                    \
-    ALWAYS_INLINE __m512 name##_step(const block_type *x, const block_q8_1 *y, __m512 acc, float *offsets,          \
-                                     const bool pair, const bool vnni) {                                             \
-        __m512i qx = join(quants(&x[0]), pair ? quants(&x[1]) : _mm256_setzero_si256());                             \
-        __m512i qy = join(q8_quants(y[0].qs), pair ? q8_quants(y[1].qs) : _mm256_setzero_si256());                   \
-        __m512 d = join_scales(scale_of(x[0].d, y[0].d), pair ? scale_of(x[1].d, y[1].d) : 0.0f);                   \
-        *offsets += half_to_float(x[0].m) * half_to_float(y[0].s);                                                   \
-        if (pair) *offsets += half_to_float(x[1].m) * half_to_float(y[1].s);                                         \
-        return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_u8_i8(qx, qy, vnni)), acc);                                 \
-    }                                                                                                                \
-    ALWAYS_INLINE float name##_impl(int64_t n, const void *vx, const void *vy, const bool vnni) {                  \
-        const block_type *x = vx;                                                                                    \
-        const block_q8_1 *y = vy;                                                                                    \
-        const int64_t nb = n / QK8_1;                                                                                \
-        __m512 acc = _mm512_setzero_ps();                                                                            \
-        float offsets = 0.0f;                                                                                        \
-        int64_t i = 0;                                                                                               \
-        for (; i + 1 < nb; i += 2) acc = name##_step(x + i, y + i, acc, &offsets, true, vnni);                       \
-        if (i < nb) acc = name##_step(x + i, y + i, acc, &offsets, false, vnni);                                     \
-        return _mm512_reduce_add_ps(acc) + offsets;                                                                  \
-    }
-
-VEC_DOT_SYMMETRIC(vec_dot_q4_0_q8_0, block_q4_0, quants_q4_0, dot_q4_0)
-VEC_DOT_SYMMETRIC(vec_dot_q5_0_q8_0, block_q5_0, quants_q5_0, dot_q5_0)
-VEC_DOT_SYMMETRIC(vec_dot_q8_0_q8_0, block_q8_0, quants_q8_0, dot_q8_0)
-VEC_DOT_OFFSET(vec_dot_q4_1_q8_1, block_q4_1, quants_q4_1)
-VEC_DOT_OFFSET(vec_dot_q5_1_q8_1, block_q5_1, quants_q5_1)
+VEC_DOT(vec_dot_q4_0_q8_0, block_q4_0, block_q8_0, quants_q4_0, dot_q4_0, no_offset, false)
+VEC_DOT(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, quants_q5_0, dot_q5_0, no_offset, false)
+VEC_DOT(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, quants_q8_0, dot_q8_0, no_offset, false)
+VEC_DOT(vec_dot_q4_1_q8_1, block_q4_1, block_q8_1, quants_q4_1, dot_u8_i8, offset_q4_1, true)
+VEC_DOT(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, quants_q5_1, dot_u8_i8, offset_q5_1, true)
 
 #define VEC_DOT_VARIANTS(name)                                                                                      \
     static float name(int64_t n, const void *vx, const void *vy) { return name##_impl(n, vx, vy, false); }         \
