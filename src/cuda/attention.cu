@@ -67,28 +67,39 @@ __global__ void __launch_bounds__(32 * ATTN_WARPS)
     }
 }
 
-__global__ void attn_merge_kernel(kiln_cuda_attn_args a, const float *part, float *out) {
-    int head = blockIdx.x, t = blockIdx.y;
+/* One block per (head, token), a thread per dim. With out_q, the merged row is also quantized to Q8_1 for the
+ * output projection's GEMV: a warp holds 32 consecutive dims, one Q8_1 block. */
+__global__ void attn_merge_kernel(kiln_cuda_attn_args a, const float *part, float *out, int8_t *out_q, int n_tokens) {
+    int head = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int hd = a.head_dim;
     const float *p = part + ((int64_t)t * a.n_head + head) * a.n_split * (hd + 2);
     float mx = -INFINITY;
     for (int s = 0; s < a.n_split; s++) mx = fmaxf(mx, p[s * (hd + 2)]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float num = 0.0f, den = 0.0f;
-        for (int s = 0; s < a.n_split; s++) {
-            const float *ps = p + s * (hd + 2);
-            if (ps[0] == -INFINITY) continue; /* an empty slice */
-            float w = expf(ps[0] - mx);
-            num += ps[2 + d] * w;
-            den += ps[1] * w;
-        }
-        out[((int64_t)t * a.n_head + head) * hd + d] = num / den;
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < a.n_split; s++) {
+        const float *ps = p + s * (hd + 2);
+        if (ps[0] == -INFINITY) continue; /* an empty slice */
+        float w = expf(ps[0] - mx);
+        num += ps[2 + d] * w;
+        den += ps[1] * w;
+    }
+    float v = num / den;
+    int64_t i = ((int64_t)t * a.n_head + head) * hd + d;
+    out[i] = v;
+    if (out_q) {
+        float amax = warp_max(fabsf(v));
+        float scale = amax / 127.0f;
+        int q = amax > 0.0f ? __float2int_rn(v / scale) : 0;
+        int sum = warp_sum_int(q);
+        out_q[i] = (int8_t)q;
+        int64_t n = (int64_t)n_tokens * a.n_head * hd;
+        if ((d & 31) == 0) ((__half2 *)(out_q + n))[i / 32] = __floats2half2_rn(scale, scale * (float)sum);
     }
 }
 
 extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache,
                                    const void *v_cache, const int32_t *d_pos, int n_tokens, float *part, float *out,
-                                   cudaStream_t stream) {
+                                   void *out_q, cudaStream_t stream) {
     dim3 grid(a->n_head, a->n_split, n_tokens);
     const __half *kc = (const __half *)k_cache, *vc = (const __half *)v_cache;
     switch (a->head_dim) {
@@ -97,6 +108,6 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
     case 256: attn_split_kernel<256><<<grid, 32 * ATTN_WARPS, 0, stream>>>(*a, q, kc, vc, d_pos, part); break;
     default: return -1;
     }
-    attn_merge_kernel<<<dim3(a->n_head, n_tokens), a->head_dim, 0, stream>>>(*a, part, out);
+    attn_merge_kernel<<<dim3(a->n_head, n_tokens), a->head_dim, 0, stream>>>(*a, part, out, (int8_t *)out_q, n_tokens);
     return 0;
 }

@@ -72,9 +72,15 @@ __global__ void dequant_f16_q_kernel(qtensor w, int k, int64_t n_parts, __half *
     int u = (int)(i % parts_per_row);
     float v[32];
     dequant_part<F>(w, row * (parts_per_row / F::parts), u, v);
-    __half2 *out = (__half2 *)(dst + row * k + 32 * u);
+    /* four 16-byte stores rather than sixteen 4-byte ones: a quarter of the store instructions */
+    uint4 *out = (uint4 *)(dst + row * k + 32 * u);
 #pragma unroll
-    for (int e = 0; e < 16; e++) out[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+    for (int c = 0; c < 4; c++) {
+        __half2 h[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) h[e] = __floats2half2_rn(v[8 * c + 2 * e], v[8 * c + 2 * e + 1]);
+        out[c] = *(uint4 *)h;
+    }
 }
 
 template <kiln_type T>

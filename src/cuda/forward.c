@@ -179,8 +179,9 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
     int splits = T >= DECODE_SPLITS ? 1 : DECODE_SPLITS / T;
     kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits};
-    if (kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, c->stream)) return -1;
-    return matmul(c, &L->wo, c->attn, NULL, T, c->x, true);
+    void *attn_q = quantized_input(c, &L->wo, T);
+    if (kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, attn_q, c->stream)) return -1;
+    return matmul(c, &L->wo, c->attn, attn_q, T, c->x, true);
 }
 
 static int ffn_block(kiln_cuda_context *c, int l, int T) {

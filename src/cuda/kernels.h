@@ -98,13 +98,15 @@ void kiln_cuda_rope_store(const kiln_cuda_rope_args *a, float *q, const float *k
 /* Attention of n_tokens query tokens (already scaled and rotated), token t seeing cache positions 0..*d_pos + t:
  * split-K flash decoding. Each of n_split blocks per (head, token) runs an online softmax over its slice of the
  * positions into part (n_tokens * n_head * n_split * (head_dim + 2) floats), then a second kernel merges the
- * slices into out [n_tokens][n_head * head_dim]. head_dim must be 64, 128 or 256. */
+ * slices into out [n_tokens][n_head * head_dim], and when out_q is non-NULL also into its Q8_1 form (the output
+ * projection's input, quantized without another launch). head_dim must be 64, 128 or 256. */
 typedef struct kiln_cuda_attn_args {
     int n_head, n_head_kv, head_dim, n_ctx, n_split;
 } kiln_cuda_attn_args;
 
 int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,
-                        const int32_t *d_pos, int n_tokens, float *part, float *out, cudaStream_t stream);
+                        const int32_t *d_pos, int n_tokens, float *part, float *out, void *out_q,
+                        cudaStream_t stream);
 
 /* d_out[0] = index of the largest of x[0..n) (the lowest index among equals). */
 void kiln_cuda_argmax(const float *x, int n, int32_t *d_out, cudaStream_t stream);

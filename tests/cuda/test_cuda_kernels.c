@@ -318,11 +318,21 @@ static void check_attention(int head_dim, int n_split, int pos0, int T) {
     rng_fill(q, (size_t)T * qd, 0.3f);
     int32_t pos = pos0;
     float *dpart = gpu_alloc(sizeof(float) * T * a.n_head * n_split * (head_dim + 2)), *dout = gpu_alloc(sizeof(float) * T * qd);
+    void *dq = gpu_alloc(Q8_1_BYTES(T * qd));
     int rc = kiln_cuda_attention(&a, gpu_upload(q, sizeof(float) * T * qd), gpu_upload(kh, 2 * cache_n),
-                                 gpu_upload(vh, 2 * cache_n), gpu_upload(&pos, sizeof pos), T, dpart, dout, 0);
+                                 gpu_upload(vh, 2 * cache_n), gpu_upload(&pos, sizeof pos), T, dpart, dout, dq, 0);
     assert_int_equal(rc, 0);
     CUDA_SYNC();
     CUDA_OK(cudaMemcpy(out, dout, sizeof(float) * T * qd, cudaMemcpyDeviceToHost));
+    uint8_t *qb = malloc(Q8_1_BYTES(T * qd));
+    float *back = malloc(sizeof(float) * T * qd);
+    CUDA_OK(cudaMemcpy(qb, dq, Q8_1_BYTES(T * qd), cudaMemcpyDeviceToHost));
+    dequant_q8_1(qb, T * qd, back);
+    for (int i = 0; i < T * qd; i++) { /* the Q8_1 copy within half a step of its block's scale */
+        float d = q8_1_d(qb, T * qd, i / 32);
+        if (fabsf(back[i] - out[i]) > 0.5f * d * 1.01f + 1e-7f) fail_msg("attention Q8_1 elem %d: %g vs %g", i, back[i], out[i]);
+    }
+    free(qb), free(back);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < a.n_head; h++) {
             int kvh = h / (a.n_head / a.n_head_kv), n_pos = pos0 + t + 1;
