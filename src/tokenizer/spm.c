@@ -1,6 +1,8 @@
 /* SentencePiece-style encoding as llama.cpp does it: start from single UTF-8 characters, repeatedly merge the adjacent
  * pair whose concatenation is the vocabulary entry with the highest score, and spell what never became a token in
- * <0xXX> byte tokens. The text arrives already escaped (spaces as U+2581). */
+ * <0xXX> byte tokens. The text arrives already escaped (spaces as U+2581).
+ * llama.cpp also keeps a table to split a final symbol that is not a token back into its merge parts; kiln has none
+ * because a merge only ever makes a vocabulary entry, so every final symbol is a token or a single character. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>

@@ -177,6 +177,7 @@ static int build_token_table(kiln_tokenizer *t, const kiln_vocab_spec *s, kiln_e
         if (s->tokens[i].len > (1u << 20)) return kiln_fail(err, "tokenizer.ggml.tokens[%d]: piece too long", i);
         total += 2 * (s->tokens[i].len + 1);
     }
+    if (total > UINT32_MAX) return kiln_fail(err, "tokenizer.ggml.tokens: %zu bytes of text, more than kiln reads", total);
     t->tokens = calloc((size_t)t->n_vocab, sizeof *t->tokens);
     t->arena = malloc(total ? total : 1);
     t->is_eog = calloc((size_t)t->n_vocab, 1);
@@ -202,8 +203,8 @@ static int build_token_table(kiln_tokenizer *t, const kiln_vocab_spec *s, kiln_e
 }
 
 static void fill_decoded(kiln_tokenizer *t) {
-    size_t o = 0;
-    for (int32_t i = 0; i < t->n_vocab; i++) o = t->tokens[i].text_off + t->tokens[i].text_len + 1;
+    const kiln_token_info *last = &t->tokens[t->n_vocab - 1];
+    size_t o = last->text_off + last->text_len + 1; /* decoded pieces follow the stored ones */
     for (int32_t i = 0; i < t->n_vocab; i++) {
         kiln_token_info *ti = &t->tokens[i];
         ti->bytes_off = (uint32_t)o;

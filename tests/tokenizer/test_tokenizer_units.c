@@ -270,6 +270,26 @@ static void test_special_tokens(void **state) {
     kiln_tokenizer_free(t);
 }
 
+/* Phi-3 (by general.name): whitespace after a special token goes with it, except after <s> */
+static void test_phi3_special_tokens_eat_whitespace(void **state) {
+    static vocab v;
+    memset(&v, 0, sizeof v);
+    add(&v, "<unk>", 0, 2);
+    add(&v, "<s>", 0, 3);
+    add(&v, "</s>", 0, 3);
+    add(&v, "<|end|>", 0, 3);
+    add(&v, "\xE2\x96\x81", -1, 1);
+    add(&v, "a", -1, 1);
+    kiln_vocab_spec s;
+    kiln_vocab_spec_init(&s);
+    s.name = "Phi-3-mini-4k-instruct";
+    s.add_space_prefix = 0;
+    kiln_tokenizer *t = build(&v, &s, "llama");
+    expect(t, "<|end|> \n a", false, true, IDS(3, 5));
+    expect(t, "<s> a", false, true, IDS(1, 4, 5));
+    kiln_tokenizer_free(t);
+}
+
 static void test_tokenize_reports_needed_size(void **state) {
     kiln_tokenizer *t = bpe_vocab("gpt-2", -1);
     int32_t ids[2] = {-7, -7};
@@ -374,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_bpe_ignore_merges_and_bos),
         cmocka_unit_test(test_bpe_unknown_pre_uses_default),
         cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_phi3_special_tokens_eat_whitespace),
         cmocka_unit_test(test_tokenize_reports_needed_size),
         cmocka_unit_test(test_bad_specs_fail_cleanly),
         cmocka_unit_test(test_pretok_table_compiles),
