@@ -183,69 +183,82 @@ static inline __m256 block_scale(kiln_half dx, kiln_half dy) {
     return _mm256_set1_ps(half_to_float(dx) * half_to_float(dy));
 }
 
-static float vec_dot_q4_0_q8_0(int64_t n, const void *vx, const void *vy) {
-    const block_q4_0 *x = vx;
-    const block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK4_0; i++) {
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        __m256i dot = dot_biased(unpack_nibbles(x[i].qs), qy, 8);
-        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot), acc);
-    }
-    return hsum(acc);
+static inline __m256i q8_quants(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
+
+/* The integer dot of one block with its activation block, as eight int32 partial sums. */
+static inline __m256i block_dot_q4_0(const block_q4_0 *x, const block_q8_0 *y) {
+    return dot_biased(unpack_nibbles(x->qs), q8_quants(y->qs), 8);
+}
+static inline __m256i block_dot_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
+    return dot_biased(_mm256_or_si256(unpack_nibbles(x->qs), fifth_bits(x->qh)), q8_quants(y->qs), 16);
+}
+static inline __m256i block_dot_q8_0(const block_q8_0 *x, const block_q8_0 *y) {
+    return dot_i8_i8(q8_quants(x->qs), q8_quants(y->qs));
+}
+static inline __m256i block_dot_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
+    return dot_u8_i8(unpack_nibbles(x->qs), q8_quants(y->qs));
+}
+static inline __m256i block_dot_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
+    return dot_u8_i8(_mm256_or_si256(unpack_nibbles(x->qs), fifth_bits(x->qh)), q8_quants(y->qs));
 }
 
-static float vec_dot_q4_1_q8_1(int64_t n, const void *vx, const void *vy) {
-    const block_q4_1 *x = vx;
-    const block_q8_1 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
-    for (int64_t i = 0; i < n / QK4_1; i++) {
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_u8_i8(unpack_nibbles(x[i].qs), qy)),
-                              acc);
-        offsets += half_to_float(x[i].m) * half_to_float(y[i].s);
-    }
-    return hsum(acc) + offsets;
+/* Offset types add m_x * s_y per block; symmetric types have no such term. */
+static inline float offset_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
+    return half_to_float(x->m) * half_to_float(y->s);
+}
+static inline float offset_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
+    return half_to_float(x->m) * half_to_float(y->s);
+}
+static inline float no_offset(const void *x, const void *y) {
+    (void)x;
+    (void)y;
+    return 0.0f;
 }
 
-static float vec_dot_q5_0_q8_0(int64_t n, const void *vx, const void *vy) {
-    const block_q5_0 *x = vx;
-    const block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK5_0; i++) {
-        __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh));
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_biased(qx, qy, 16)), acc);
-    }
-    return hsum(acc);
+/* The first two halves of 4 consecutive blocks as 8 floats: d and m of offset weights, d and s of Q8_1, d and two
+ * quant bytes of the others. Inserted one by one: built any other way, compilers assemble the vector in memory and
+ * stall on the reload. */
+static inline __m256 block_heads(const void *blocks, size_t stride) {
+    const uint8_t *b = blocks;
+    uint32_t w[4];
+    for (int k = 0; k < 4; k++) memcpy(&w[k], b + k * stride, sizeof w[k]);
+    __m128i v = _mm_cvtsi32_si128((int)w[0]);
+    v = _mm_insert_epi32(v, (int)w[1], 1);
+    v = _mm_insert_epi32(v, (int)w[2], 2);
+    return _mm256_cvtph_ps(_mm_insert_epi32(v, (int)w[3], 3));
 }
 
-static float vec_dot_q5_1_q8_1(int64_t n, const void *vx, const void *vy) {
-    const block_q5_1 *x = vx;
-    const block_q8_1 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
-    for (int64_t i = 0; i < n / QK5_1; i++) {
-        __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), fifth_bits(x[i].qh));
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_u8_i8(qx, qy)), acc);
-        offsets += half_to_float(x[i].m) * half_to_float(y[i].s);
+/* A dot product of weights with Q8_0 or Q8_1 activations. Blocks go in groups of 4, whose scales come from one
+ * multiply of their heads: d_x d_y lands in the even lanes and, for offset types, m_x s_y in the odd ones. Each block
+ * then takes one integer dot and one FMA. Leftover blocks take their scales one by one. */
+#define VEC_DOT(name, block_type, act_type, block_dot, offset, has_offset)                                          \
+    static float name(int64_t n, const void *vx, const void *vy) {                                                  \
+        const block_type *x = vx;                                                                                    \
+        const act_type *y = vy;                                                                                      \
+        const int64_t nb = n / QK8_0;                                                                                \
+        __m256 acc = _mm256_setzero_ps(), offsets = _mm256_setzero_ps();                                             \
+        int64_t i = 0;                                                                                               \
+        for (; i + 4 <= nb; i += 4) {                                                                                \
+            __m256 products = _mm256_mul_ps(block_heads(x + i, sizeof *x), block_heads(y + i, sizeof *y));           \
+            for (int k = 0; k < 4; k++) {                                                                            \
+                __m256 d = _mm256_permutevar8x32_ps(products, _mm256_set1_epi32(2 * k));                             \
+                acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot(&x[i + k], &y[i + k])), acc);                  \
+            }                                                                                                        \
+            if (has_offset) offsets = _mm256_add_ps(offsets, _mm256_blend_ps(_mm256_setzero_ps(), products, 0xAA));   \
+        }                                                                                                            \
+        float tail_offsets = 0.0f;                                                                                   \
+        for (; i < nb; i++) {                                                                                        \
+            acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(block_dot(&x[i], &y[i])), acc);   \
+            tail_offsets += offset(&x[i], &y[i]);                                                                    \
+        }                                                                                                            \
+        return hsum(acc) + hsum(offsets) + tail_offsets;                                                             \
     }
-    return hsum(acc) + offsets;
-}
 
-static float vec_dot_q8_0_q8_0(int64_t n, const void *vx, const void *vy) {
-    const block_q8_0 *x = vx;
-    const block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(dot_i8_i8(qx, qy)), acc);
-    }
-    return hsum(acc);
-}
+VEC_DOT(vec_dot_q4_0_q8_0, block_q4_0, block_q8_0, block_dot_q4_0, no_offset, false)
+VEC_DOT(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, block_dot_q5_0, no_offset, false)
+VEC_DOT(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, block_dot_q8_0, no_offset, false)
+VEC_DOT(vec_dot_q4_1_q8_1, block_q4_1, block_q8_1, block_dot_q4_1, offset_q4_1, true)
+VEC_DOT(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, block_dot_q5_1, offset_q5_1, true)
 
 static const kiln_quant_entry ENTRIES[] = {
     {KILN_TYPE_Q4_0, {dequantize_row_q4_0, NULL, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0}},
