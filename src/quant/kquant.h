@@ -15,6 +15,14 @@ void kiln_quantize_row_q5_K(const float *src, void *dst, int64_t n);
 void kiln_quantize_row_q6_K(const float *src, void *dst, int64_t n);
 void kiln_quantize_row_q8_K(const float *src, void *dst, int64_t n);
 
+/* The Q4_K/Q5_K sub-block fit: for each of a block's 8 sub-blocks of 32 weights, the reference's weighted affine
+ * search (levels 0..nmax, candidate scales from rmin in nstep steps); writes the scales, mins and levels L. The
+ * scalar one lives in kquant_quantize.c; a SIMD one must give the same bits, and then quantizes through these: */
+typedef void (*kquant_k4_fit_fn)(const float *x, int nmax, float rmin, int nstep, float scales[8], float mins[8],
+                                 uint8_t L[QK_K]);
+void kquant_quantize_q4_K_with(const float *src, void *dst, int64_t n, kquant_k4_fit_fn fit);
+void kquant_quantize_q5_K_with(const float *src, void *dst, int64_t n, kquant_k4_fit_fn fit);
+
 /* Q4_K/Q5_K: 8 six-bit scales and 8 six-bit mins in 12 bytes. Bytes 0-3 hold scales 0-3 (low 6 bits) and the top
  * 2 bits of scales 4-7; bytes 4-7 the same for the mins; bytes 8-11 the low nibbles of scales 4-7 (low half) and
  * mins 4-7 (high half). */

@@ -275,11 +275,9 @@ static void pack_k4_scales(const int *ls, const int *lm, uint8_t *q) {
     }
 }
 
-/* The Q4_K/Q5_K block head: fits each sub-block of 32 with weights rms(x) + |x|, quantizes scales and mins to 6
- * bits, then fills L (levels 0..nmax) using the decoded scales. */
-static void quantize_k4_head(const float *x, int nmax, float rmin, int nstep, kiln_half *dh, kiln_half *dminh,
-                             uint8_t *packed, uint8_t *L) {
-    float scales[8], mins[8], weights[32], max_scale = 0, max_min = 0;
+/* The scalar Q4_K/Q5_K fit: each sub-block of 32 gets the affine search with weights rms(x) + |x|. */
+static void fit_k4_scalar(const float *x, int nmax, float rmin, int nstep, float *scales, float *mins, uint8_t *L) {
+    float weights[32];
     uint8_t Laux[32];
     for (int j = 0; j < 8; j++) {
         float sum_x2 = 0;
@@ -287,6 +285,16 @@ static void quantize_k4_head(const float *x, int nmax, float rmin, int nstep, ki
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
         scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+    }
+}
+
+/* The Q4_K/Q5_K block head: fits the sub-blocks, quantizes scales and mins to 6 bits, then fills L (levels
+ * 0..nmax) using the decoded scales. */
+static void quantize_k4_head(const float *x, int nmax, float rmin, int nstep, kquant_k4_fit_fn fit, kiln_half *dh,
+                             kiln_half *dminh, uint8_t *packed, uint8_t *L) {
+    float scales[8], mins[8], max_scale = 0, max_min = 0;
+    fit(x, nmax, rmin, nstep, scales, mins, L);
+    for (int j = 0; j < 8; j++) {
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -310,21 +318,21 @@ static void quantize_k4_head(const float *x, int nmax, float rmin, int nstep, ki
     }
 }
 
-void kiln_quantize_row_q4_K(const float *src, void *dst, int64_t n) {
+void kquant_quantize_q4_K_with(const float *src, void *dst, int64_t n, kquant_k4_fit_fn fit) {
     block_q4_K *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
         uint8_t L[QK_K];
-        quantize_k4_head(src, 15, -1.0f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
+        quantize_k4_head(src, 15, -1.0f, 20, fit, &y[i].d, &y[i].dmin, y[i].scales, L);
         for (int j = 0; j < QK_K / 64; j++)
             for (int l = 0; l < 32; l++) y[i].qs[32 * j + l] = (uint8_t)(L[64 * j + l] | (L[64 * j + l + 32] << 4));
     }
 }
 
-void kiln_quantize_row_q5_K(const float *src, void *dst, int64_t n) {
+void kquant_quantize_q5_K_with(const float *src, void *dst, int64_t n, kquant_k4_fit_fn fit) {
     block_q5_K *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
         uint8_t L[QK_K];
-        quantize_k4_head(src, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
+        quantize_k4_head(src, 31, -0.5f, 15, fit, &y[i].d, &y[i].dmin, y[i].scales, L);
         memset(y[i].qh, 0, sizeof y[i].qh);
         for (int j = 0; j < QK_K / 64; j++) {
             for (int l = 0; l < 32; l++) {
@@ -334,6 +342,14 @@ void kiln_quantize_row_q5_K(const float *src, void *dst, int64_t n) {
             }
         }
     }
+}
+
+void kiln_quantize_row_q4_K(const float *src, void *dst, int64_t n) {
+    kquant_quantize_q4_K_with(src, dst, n, fit_k4_scalar);
+}
+
+void kiln_quantize_row_q5_K(const float *src, void *dst, int64_t n) {
+    kquant_quantize_q5_K_with(src, dst, n, fit_k4_scalar);
 }
 
 void kiln_quantize_row_q6_K(const float *src, void *dst, int64_t n) {
