@@ -85,22 +85,18 @@ size_t kiln_utf8_sanitize(const char *text, size_t n, char *out) {
     return o;
 }
 
-/* Printable Latin-1 bytes stand for themselves; the other 68 bytes take code points 256.. in byte order. */
-static bool byte_is_printable(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
-
+/* Printable Latin-1 bytes stand for themselves; the other 68 bytes take code points 256.. in byte order: 0x00-0x20
+ * are 256-288, 0x7F-0xA0 are 289-322, 0xAD is 323. */
 uint32_t kiln_byte_to_cp(uint8_t b) {
-    if (byte_is_printable(b)) return b;
-    uint32_t n = 0;
-    for (int i = 0; i < b; i++) n += !byte_is_printable(i);
-    return 256 + n;
+    if (b <= 0x20) return 256u + b;
+    if (b >= 0x7F && b <= 0xA0) return 289u + (b - 0x7Fu);
+    if (b == 0xAD) return 323;
+    return b;
 }
 
 int kiln_cp_to_byte(uint32_t cp) {
-    if (cp < 256) return byte_is_printable((int)cp) ? (int)cp : -1;
-    uint32_t n = 256;
-    for (int b = 0; b < 256; b++) {
-        if (byte_is_printable(b)) continue;
-        if (n++ == cp) return b;
-    }
-    return -1;
+    if (cp < 256) return (cp > 0x20 && !(cp >= 0x7F && cp <= 0xA0) && cp != 0xAD) ? (int)cp : -1;
+    if (cp <= 288) return (int)(cp - 256);
+    if (cp <= 322) return (int)(cp - 289 + 0x7F);
+    return cp == 323 ? 0xAD : -1;
 }

@@ -381,6 +381,9 @@ static void test_utf8_helpers(void **state) {
     assert_int_equal(kiln_byte_to_cp(' '), 0x120);
     assert_int_equal(kiln_byte_to_cp('a'), 'a');
     assert_int_equal(kiln_cp_to_byte(0x2581), -1);
+    int mapped = 0;
+    for (uint32_t c = 0; c < 1000; c++) mapped += kiln_cp_to_byte(c) >= 0;
+    assert_int_equal(mapped, 256); /* the table is a bijection onto 256 code points */
 }
 
 int main(void) {
