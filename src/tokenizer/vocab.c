@@ -240,6 +240,22 @@ static void set_flags(kiln_tokenizer *t, const kiln_vocab_spec *s) {
     if (t->add_eos && t->eos < 0) t->add_eos = false;
 }
 
+/* The pre-tokenizer named by tokenizer.ggml.pre; an unknown or missing name says so once and takes the default. */
+static void choose_pretok(kiln_tokenizer *t, const char *pre) {
+    t->pretok = pre ? kiln_pretok_find(pre) : NULL;
+    t->pre_name = "default";
+    if (!pre) {
+        fprintf(stderr, "warning: no pre-tokenizer (tokenizer.ggml.pre) in the file; using the default regexes\n");
+    } else if (!t->pretok) {
+        fprintf(stderr, "warning: unknown pre-tokenizer '%s' (tokenizer.ggml.pre); using the default regexes\n", pre);
+    } else {
+        for (const char *const *n = t->pretok->names; *n; n++)
+            if (!strcmp(*n, pre)) t->pre_name = *n;
+    }
+    if (!t->pretok) t->pretok = kiln_pretok_default();
+    t->ignore_merges = t->pretok->ignore_merges;
+}
+
 int kiln_tokenizer_build(const kiln_vocab_spec *s, kiln_tokenizer **out, kiln_error *err) {
     *out = NULL;
     if (!s->model) return kiln_fail(err, "tokenizer.ggml.model: missing");
@@ -252,16 +268,7 @@ int kiln_tokenizer_build(const kiln_vocab_spec *s, kiln_tokenizer **out, kiln_er
         t->kind = KILN_VOCAB_SPM;
     } else if (!strcmp(s->model, "gpt2")) {
         t->kind = KILN_VOCAB_BPE;
-        const char *pre = s->pre ? s->pre : "default";
-        t->pretok = kiln_pretok_find(pre);
-        t->pre_name = "default";
-        for (const char *const *n = t->pretok ? t->pretok->names : NULL; n && *n; n++)
-            if (!strcmp(*n, pre)) t->pre_name = *n;
-        if (!t->pretok) {
-            fprintf(stderr, "warning: unknown pre-tokenizer '%s' (tokenizer.ggml.pre); using the default regexes\n", pre);
-            t->pretok = kiln_pretok_default();
-        }
-        t->ignore_merges = t->pretok->ignore_merges;
+        choose_pretok(t, s->pre);
     } else {
         free(t);
         return kiln_fail(err, "tokenizer.ggml.model: '%s' is not supported (kiln reads 'llama' and 'gpt2')", s->model);
