@@ -403,11 +403,99 @@ static void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* The Q4_K/Q5_K sub-block fit with one sub-block per lane: every lane runs the reference search on its own 32
+ * weights in the reference's operation order (no fused multiply-add, running sums), so the bits are the scalar
+ * fit's, 8 sub-blocks at a time. */
+static inline __m256i nearest_int8(__m256 v) {
+    /* the scalar clamp, NaN included (vmaxps gives its second operand for NaN), then the 1.5 * 2^23 trick */
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-4194303.0f)), _mm256_set1_ps(4194303.0f));
+    const __m256i bits = _mm256_castps_si256(_mm256_add_ps(v, _mm256_set1_ps(12582912.0f)));
+    return _mm256_sub_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x00400000));
+}
+
+static inline __m256i levels8(__m256 iscale, __m256 x, __m256 min, int nmax) {
+    const __m256i l = nearest_int8(_mm256_mul_ps(iscale, _mm256_sub_ps(x, min)));
+    return _mm256_min_epi32(_mm256_max_epi32(l, _mm256_setzero_si256()), _mm256_set1_epi32(nmax));
+}
+
+/* sum over weights of w * (scale * L + min - x)^2 */
+static inline __m256 fit_error8(const __m256 *xt, const __m256 *wt, const __m256i *L, __m256 scale, __m256 min) {
+    __m256 err = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i++) {
+        const __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(L[i])), min), xt[i]);
+        err = _mm256_add_ps(err, _mm256_mul_ps(wt[i], _mm256_mul_ps(diff, diff)));
+    }
+    return err;
+}
+
+static void fit_k4(const float *x, int nmax, float rmin, int nstep, float *scales, float *mins, uint8_t *L) {
+    __m256 xt[32], wt[32];
+    __m256i best_l[32], cand_l[32];
+    for (int i = 0; i < 32; i++)
+        xt[i] = _mm256_setr_ps(x[i], x[32 + i], x[64 + i], x[96 + i], x[128 + i], x[160 + i], x[192 + i], x[224 + i]);
+    __m256 sum_x2 = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i++) sum_x2 = _mm256_add_ps(sum_x2, _mm256_mul_ps(xt[i], xt[i]));
+    const __m256 av_x = _mm256_sqrt_ps(_mm256_div_ps(sum_x2, _mm256_set1_ps(32.0f)));
+    const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i++) wt[i] = _mm256_add_ps(av_x, _mm256_andnot_ps(sign, xt[i]));
+
+    __m256 min = xt[0], max = xt[0], sum_w = wt[0], sum_x = _mm256_mul_ps(wt[0], xt[0]);
+    for (int i = 1; i < 32; i++) {
+        min = _mm256_min_ps(xt[i], min); /* x < min ? x : min */
+        max = _mm256_max_ps(xt[i], max);
+        sum_w = _mm256_add_ps(sum_w, wt[i]);
+        sum_x = _mm256_add_ps(sum_x, _mm256_mul_ps(wt[i], xt[i]));
+    }
+    min = _mm256_blendv_ps(min, zero, _mm256_cmp_ps(min, zero, _CMP_GT_OQ));
+    const __m256 flat = _mm256_cmp_ps(max, min, _CMP_EQ_OQ);
+    __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)nmax), _mm256_sub_ps(max, min));
+    __m256 scale = _mm256_div_ps(_mm256_set1_ps(1.0f), iscale);
+    for (int i = 0; i < 32; i++) best_l[i] = levels8(iscale, xt[i], min, nmax);
+    __m256 best = fit_error8(xt, wt, best_l, scale, min);
+    for (int is = 0; is <= nstep; is++) {
+        iscale = _mm256_div_ps(_mm256_set1_ps(rmin + 0.1f * (float)is + (float)nmax), _mm256_sub_ps(max, min));
+        __m256 sum_l = zero, sum_l2 = zero, sum_xl = zero;
+        for (int i = 0; i < 32; i++) {
+            cand_l[i] = levels8(iscale, xt[i], min, nmax);
+            const __m256 wl = _mm256_mul_ps(wt[i], _mm256_cvtepi32_ps(cand_l[i]));
+            sum_l = _mm256_add_ps(sum_l, wl);
+            sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, _mm256_cvtepi32_ps(cand_l[i])));
+            sum_xl = _mm256_add_ps(sum_xl, _mm256_mul_ps(wl, xt[i]));
+        }
+        const __m256 D = _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_l2), _mm256_mul_ps(sum_l, sum_l));
+        __m256 this_scale = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_w, sum_xl), _mm256_mul_ps(sum_x, sum_l)), D);
+        __m256 this_min = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_x), _mm256_mul_ps(sum_l, sum_xl)), D);
+        const __m256 positive = _mm256_cmp_ps(this_min, zero, _CMP_GT_OQ);
+        this_min = _mm256_blendv_ps(this_min, zero, positive);
+        this_scale = _mm256_blendv_ps(this_scale, _mm256_div_ps(sum_xl, sum_l2), positive);
+        const __m256 err = fit_error8(xt, wt, cand_l, this_scale, this_min);
+        const __m256 better = _mm256_andnot_ps(
+            flat, _mm256_and_ps(_mm256_cmp_ps(D, zero, _CMP_GT_OQ), _mm256_cmp_ps(err, best, _CMP_LT_OQ)));
+        if (_mm256_movemask_ps(better) == 0) continue;
+        for (int i = 0; i < 32; i++)
+            best_l[i] = _mm256_castps_si256(
+                _mm256_blendv_ps(_mm256_castsi256_ps(best_l[i]), _mm256_castsi256_ps(cand_l[i]), better));
+        best = _mm256_blendv_ps(best, err, better);
+        scale = _mm256_blendv_ps(scale, this_scale, better);
+        min = _mm256_blendv_ps(min, this_min, better);
+    }
+    _mm256_storeu_ps(scales, _mm256_blendv_ps(scale, zero, flat));
+    _mm256_storeu_ps(mins, _mm256_xor_ps(min, sign));
+    for (int i = 0; i < 32; i++) {
+        int32_t l[8];
+        _mm256_storeu_si256((__m256i *)l, _mm256_andnot_si256(_mm256_castps_si256(flat), best_l[i]));
+        for (int j = 0; j < 8; j++) L[32 * j + i] = (uint8_t)l[j];
+    }
+}
+
+static void quantize_row_q4_K(const float *src, void *dst, int64_t n) { kquant_quantize_q4_K_with(src, dst, n, fit_k4); }
+static void quantize_row_q5_K(const float *src, void *dst, int64_t n) { kquant_quantize_q5_K_with(src, dst, n, fit_k4); }
+
 static const kiln_quant_entry ENTRIES[] = {
     {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K}},
     {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q4_K, {dequantize_row_q4_K, NULL, vec_dot_q4_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q5_K, {dequantize_row_q5_K, NULL, vec_dot_q5_K, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q4_K, {dequantize_row_q4_K, quantize_row_q4_K, vec_dot_q4_K, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q5_K, {dequantize_row_q5_K, quantize_row_q5_K, vec_dot_q5_K, KILN_TYPE_Q8_K}},
     {KILN_TYPE_Q6_K, {dequantize_row_q6_K, NULL, vec_dot_q6_K, KILN_TYPE_Q8_K}},
     {KILN_TYPE_Q8_K, {dequantize_row_q8_K, quantize_row_q8_K, NULL, KILN_TYPE_Q8_K}},
 };

@@ -277,10 +277,11 @@ def rmse(a, x):
     return float(np.sqrt(np.mean((a.astype(np.float64) - x) ** 2)))
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("qtype", KQUANTS, ids=lambda t: t.name)
-def test_quantize_rmse_matches_reference(qtype):
+def test_quantize_rmse_matches_reference(qtype, isa):
     x = np.random.default_rng(5).standard_normal(QK * 128).astype(F32)
-    ours_values = lib.dequantize(qtype, lib.quantize(qtype, x))
+    ours_values = lib.dequantize(qtype, lib.quantize(qtype, x, isa))
     ref_values = numpy_roundtrip(x, qtype)
     ours, ref = rmse(ours_values, x), rmse(ref_values, x)
     same = float(np.mean(ours_values == ref_values))
@@ -372,7 +373,7 @@ def test_model_tensors_roundtrip(qtype, model_rows):
     fastest vec_dot stays within its bound."""
     rng = np.random.default_rng(11)
     for name, x in model_rows.items():
-        raw = lib.quantize(qtype, x)
+        raw = lib.quantize(qtype, x, ISAS[-1])
         ours = lib.dequantize(qtype, raw, ISAS[-1])
         np.testing.assert_array_equal(ours.view(np.uint32), reference_dequantize(qtype, raw).view(np.uint32))
         ref = numpy_roundtrip(x.reshape(-1), qtype)
