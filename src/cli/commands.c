@@ -7,12 +7,18 @@
 KILN_CMD(inspect)
 KILN_CMD(quantize)
 KILN_CMD(run)
+KILN_CMD(bench)
+KILN_CMD(chat)
+KILN_CMD(perplexity)
 KILN_CMD(synth)
 KILN_CMD(template)
 KILN_CMD(tokenize)
 
 const kiln_command KILN_COMMANDS[] = {
     {"run", cmd_run, "generate text from a prompt (--chat wraps it in the model's chat template)"},
+    {"chat", cmd_chat, "interactive multi-turn chat in the model's chat template"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file (chunks of --ctx tokens, scored on their second half)"},
+    {"bench", cmd_bench, "measure prompt and decode speed and the decode memory-bandwidth fraction (--json)"},
     {"inspect", cmd_inspect, "show a model's architecture, hyperparameters, tokenizer and tensors (--json)"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin (--raw, --pieces)"},
     {"quantize", cmd_quantize, "convert a GGUF or safetensors folder to a GGUF of another type (q4_k_m, q8_0, ...)"},

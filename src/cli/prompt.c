@@ -5,19 +5,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef enum mode { MODE_PROMPT, MODE_PLAIN, MODE_CHAT } mode;
+
+static int tokenize_into(const kiln_model *m, const char *text, mode md, int32_t *ids, int max, char *err, size_t cap) {
+    if (md == MODE_CHAT) return kiln_tokenize_chat(m, text, ids, max, err, cap);
+    return kiln_tokenize_text(m, text, true, md == MODE_PROMPT, ids, max, err, cap);
+}
+
 /* Calls the tokenizer twice: once for the length, once into a buffer of that size. */
-static int tokenize_twice(const kiln_model *m, const char *text, int chat, int32_t **ids) {
+static int tokenize_twice(const kiln_model *m, const char *text, mode md, int32_t **ids) {
     char err[512];
-    int n = chat ? kiln_tokenize_chat(m, text, NULL, 0, err, sizeof err)
-                 : kiln_tokenize_text(m, text, true, true, NULL, 0, err, sizeof err);
+    int n = tokenize_into(m, text, md, NULL, 0, err, sizeof err);
     if (n >= 0) {
         *ids = malloc(sizeof **ids * (size_t)(n + 1));
         if (!*ids) {
             fprintf(stderr, "error: out of memory\n");
             return -1;
         }
-        n = chat ? kiln_tokenize_chat(m, text, *ids, n, err, sizeof err)
-                 : kiln_tokenize_text(m, text, true, true, *ids, n, err, sizeof err);
+        n = tokenize_into(m, text, md, *ids, n, err, sizeof err);
     }
     if (n < 0) {
         fprintf(stderr, "error: tokenizing the prompt: %s\n", err);
@@ -27,7 +32,13 @@ static int tokenize_twice(const kiln_model *m, const char *text, int chat, int32
     return n;
 }
 
-int prompt_tokenize(const kiln_model *m, const char *text, int32_t **ids) { return tokenize_twice(m, text, 0, ids); }
+int prompt_tokenize(const kiln_model *m, const char *text, int32_t **ids) {
+    return tokenize_twice(m, text, MODE_PROMPT, ids);
+}
+
+int prompt_tokenize_plain(const kiln_model *m, const char *text, int32_t **ids) {
+    return tokenize_twice(m, text, MODE_PLAIN, ids);
+}
 
 int prompt_tokenize_chat(const kiln_model *m, const kiln_message *msgs, int n_msgs, int32_t **ids) {
     char err[512];
@@ -36,7 +47,7 @@ int prompt_tokenize_chat(const kiln_model *m, const kiln_message *msgs, int n_ms
         fprintf(stderr, "error: chat template: %s\n", err);
         return -1;
     }
-    int n = tokenize_twice(m, text, 1, ids);
+    int n = tokenize_twice(m, text, MODE_CHAT, ids);
     kiln_free(text);
     return n;
 }

@@ -9,6 +9,8 @@
 /* Tokenizes text as the reference engines do (BOS per the model flag, special-token text parsed); *ids is malloc'd. Returns the count or -1
  * after printing an error. */
 int prompt_tokenize(const kiln_model *m, const char *text, int32_t **ids);
+/* The same with special-token text read as plain text (for scoring ordinary text). */
+int prompt_tokenize_plain(const kiln_model *m, const char *text, int32_t **ids);
 /* Renders messages with the chat template and tokenizes the result. */
 int prompt_tokenize_chat(const kiln_model *m, const kiln_message *msgs, int n_msgs, int32_t **ids);
 /* Parses "1,2,3" into ids. */
