@@ -305,6 +305,17 @@ static int64_t get_id(const kiln_gguf *g, const char *key) {
     return kiln_gguf_get_int(g, key, &v) && v >= 0 ? v : -1;
 }
 
+/* tokenizer.ggml.scores as floats (some converters store integers: those are copied into *converted), or NULL. */
+static const float *read_scores(const kiln_gguf *g, uint64_t n_tokens, float **converted) {
+    const kiln_gguf_value *f = kiln_gguf_get_arr(g, "tokenizer.ggml.scores", KILN_GGUF_FLOAT32);
+    const kiln_gguf_value *i = kiln_gguf_get_arr(g, "tokenizer.ggml.scores", KILN_GGUF_INT32);
+    if (f && f->arr.n >= n_tokens) return f->arr.data;
+    if (!i || i->arr.n < n_tokens || n_tokens > MAX_VOCAB || !(*converted = malloc(n_tokens * sizeof **converted)))
+        return NULL;
+    for (uint64_t k = 0; k < n_tokens; k++) (*converted)[k] = (float)((const int32_t *)i->arr.data)[k];
+    return *converted;
+}
+
 int kiln_tokenizer_load(const kiln_gguf *g, kiln_tokenizer **out, kiln_error *err) {
     kiln_vocab_spec s;
     kiln_vocab_spec_init(&s);
@@ -317,8 +328,8 @@ int kiln_tokenizer_load(const kiln_gguf *g, kiln_tokenizer **out, kiln_error *er
     if (!tokens) return kiln_fail(err, "%s: tokenizer.ggml.tokens missing or not an array of strings", g->path);
     s.n_tokens = (int64_t)tokens->arr.n;
     s.tokens = tokens->arr.data;
-    const kiln_gguf_value *scores = kiln_gguf_get_arr(g, "tokenizer.ggml.scores", KILN_GGUF_FLOAT32);
-    if (scores && scores->arr.n >= tokens->arr.n) s.scores = scores->arr.data;
+    float *converted = NULL;
+    s.scores = read_scores(g, tokens->arr.n, &converted);
     const kiln_gguf_value *types = kiln_gguf_get_arr(g, "tokenizer.ggml.token_type", KILN_GGUF_INT32);
     if (types && types->arr.n >= tokens->arr.n) s.token_types = types->arr.data;
     const kiln_gguf_value *merges = kiln_gguf_get_arr(g, "tokenizer.ggml.merges", KILN_GGUF_STRING);
@@ -338,8 +349,9 @@ int kiln_tokenizer_load(const kiln_gguf *g, kiln_tokenizer **out, kiln_error *er
     s.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token");
     s.add_eos = get_flag(g, "tokenizer.ggml.add_eos_token");
     s.add_space_prefix = get_flag(g, "tokenizer.ggml.add_space_prefix");
-    if (kiln_tokenizer_build(&s, out, err)) return kiln_fail_prefix(err, "%s", g->path);
-    return 0;
+    int rc = kiln_tokenizer_build(&s, out, err);
+    free(converted);
+    return rc ? kiln_fail_prefix(err, "%s", g->path) : 0;
 }
 
 int kiln_tokenizer_n_vocab(const kiln_tokenizer *t) { return t->n_vocab; }
