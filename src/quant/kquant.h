@@ -23,6 +23,14 @@ typedef void (*kquant_k4_fit_fn)(const float *x, int nmax, float rmin, int nstep
 void kquant_quantize_q4_K_with(const float *src, void *dst, int64_t n, kquant_k4_fit_fn fit);
 void kquant_quantize_q5_K_with(const float *src, void *dst, int64_t n, kquant_k4_fit_fn fit);
 
+/* The same for Q2_K: 16 sub-blocks of 16, levels 0..3, weighted absolute error. */
+typedef void (*kquant_q2_fit_fn)(const float *x, float scales[16], float mins[16], uint8_t L[QK_K]);
+void kquant_quantize_q2_K_with(const float *src, void *dst, int64_t n, kquant_q2_fit_fn fit);
+
+/* And for Q6_K: 16 sub-blocks of 16, symmetric levels stored with their +32 bias (0..63). */
+typedef void (*kquant_q6_fit_fn)(const float *x, float scales[16], int8_t L[QK_K]);
+void kquant_quantize_q6_K_with(const float *src, void *dst, int64_t n, kquant_q6_fit_fn fit);
+
 /* Q4_K/Q5_K: 8 six-bit scales and 8 six-bit mins in 12 bytes. Bytes 0-3 hold scales 0-3 (low 6 bits) and the top
  * 2 bits of scales 4-7; bytes 4-7 the same for the mins; bytes 8-11 the low nibbles of scales 4-7 (low half) and
  * mins 4-7 (high half). */

@@ -173,15 +173,24 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
     return suml2 > 0 ? sumlx / suml2 : 0.0f;
 }
 
-void kiln_quantize_row_q2_K(const float *src, void *dst, int64_t n) {
+/* The scalar Q2_K fit: each sub-block of 16 gets the affine search minimizing the |x|-weighted absolute error. */
+static void fit_q2_scalar(const float *x, float *scales, float *mins, uint8_t *L) {
+    float weights[16];
+    uint8_t Laux[16];
+    for (int j = 0; j < QK_K / 16; j++) {
+        for (int l = 0; l < 16; l++) weights[l] = fabsf(x[16 * j + l]);
+        scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
+    }
+}
+
+void kquant_quantize_q2_K_with(const float *src, void *dst, int64_t n, kquant_q2_fit_fn fit) {
     block_q2_K *y = dst;
     const float q4scale = 15.0f;
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
-        uint8_t L[QK_K], Laux[16];
-        float weights[16], mins[QK_K / 16], scales[QK_K / 16], max_scale = 0, max_min = 0;
+        uint8_t L[QK_K];
+        float mins[QK_K / 16], scales[QK_K / 16], max_scale = 0, max_min = 0;
+        fit(src, scales, mins, L);
         for (int j = 0; j < QK_K / 16; j++) {
-            for (int l = 0; l < 16; l++) weights[l] = fabsf(src[16 * j + l]);
-            scales[j] = make_qkx2_quants(16, 3, src + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -210,6 +219,10 @@ void kiln_quantize_row_q2_K(const float *src, void *dst, int64_t n) {
                 y[i].qs[j / 4 + l] =
                     (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
     }
+}
+
+void kiln_quantize_row_q2_K(const float *src, void *dst, int64_t n) {
+    kquant_quantize_q2_K_with(src, dst, n, fit_q2_scalar);
 }
 
 /* Packs Q3_K's 16 biased 6-bit scales (see kquant_unpack_q3_scales). */
@@ -352,12 +365,21 @@ void kiln_quantize_row_q5_K(const float *src, void *dst, int64_t n) {
     kquant_quantize_q5_K_with(src, dst, n, fit_k4_scalar);
 }
 
+/* The scalar Q6_K fit: each sub-block of 16 gets the symmetric search. */
+static void fit_q6_scalar(const float *x, float *scales, int8_t *L) {
+    for (int j = 0; j < QK_K / 16; j++) scales[j] = make_qx_quants(16, 32, x + 16 * j, L + 16 * j);
+}
+
 void kiln_quantize_row_q6_K(const float *src, void *dst, int64_t n) {
+    kquant_quantize_q6_K_with(src, dst, n, fit_q6_scalar);
+}
+
+void kquant_quantize_q6_K_with(const float *src, void *dst, int64_t n, kquant_q6_fit_fn fit) {
     block_q6_K *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
         int8_t L[QK_K];
         float scales[QK_K / 16];
-        for (int j = 0; j < QK_K / 16; j++) scales[j] = make_qx_quants(16, 32, src + 16 * j, L + 16 * j);
+        fit(src, scales, L);
         const float max_scale = scales[argmax_abs(QK_K / 16, scales)];
         if (fabsf(max_scale) < GROUP_MAX_EPS) {
             memset(&y[i], 0, sizeof y[i]);
