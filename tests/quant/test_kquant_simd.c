@@ -91,8 +91,16 @@ static void check_quantize(const char *name, const kiln_quant_ops *ops, const ki
     const size_t bytes = kiln_row_size(type, n);
     float *x = malloc(n * sizeof *x);
     uint8_t *want = malloc(bytes), *got = malloc(bytes);
-    for (int trial = 0; trial < 8; trial++) {
-        for (int64_t i = 0; i < n; i++) x[i] = next_normal() * powf(10.0f, (float)(i / QK_K % 9) - 4.0f);
+    for (int trial = 0; trial < 32; trial++) {
+        for (int64_t i = 0; i < n; i++) {
+            const float scale = powf(10.0f, (float)(i / QK_K % 9) - 4.0f), v = next_normal();
+            switch (trial % 4) {
+            case 0: x[i] = v * scale; break;
+            case 1: x[i] = roundf(v * 4.0f) * 0.5f; break;            /* many exact rounding ties */
+            case 2: x[i] = (fabsf(v) + 0.25f) * scale; break;         /* all positive: the min clamps to 0 */
+            default: x[i] = next_u32() % 8 == 0 ? v * scale : 0.0f; /* sparse, with flat sub-blocks */
+            }
+        }
         for (int64_t i = 0; i < QK_K; i++) x[i] = 0.0f;                    /* all zero */
         x[QK_K] = NAN;                                                        /* NaN first: the block is zero */
         x[2 * QK_K + 5] = NAN;                                                /* NaN later: ignored as extreme */
