@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "tokenizer/pretok.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -320,6 +323,39 @@ static void test_bad_specs_fail_cleanly(void **state) {
     assert_non_null(strstr(err.msg, "not supported"));
 }
 
+/* Through a real file: the tokenizer.ggml keys are read, integer scores included. */
+static void test_load_from_gguf(void **state) {
+    char path[] = "/tmp/kiln_tok_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *tokens[] = {"<unk>", "<s>", "</s>", "a", "b", "c", "ab", "bc"};
+    const int32_t scores[] = {0, 0, 0, -9, -9, -9, -5, -1}; /* bc beats ab only if the scores are read */
+    const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1};
+    kiln_error err = {{0}};
+    kiln_gguf_writer *w = kiln_gguf_writer_new();
+    kiln_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+    kiln_gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", tokens, 8);
+    kiln_gguf_writer_add_arr(w, "tokenizer.ggml.scores", KILN_GGUF_INT32, scores, 8);
+    kiln_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", KILN_GGUF_INT32, types, 8);
+    kiln_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    kiln_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false);
+    kiln_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", true);
+    kiln_gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    if (kiln_gguf_writer_open(w, path, &err) || kiln_gguf_writer_close(w, &err)) fail_msg("%s", err.msg);
+    kiln_gguf_writer_free(w);
+    kiln_gguf *g = NULL;
+    kiln_tokenizer *t = NULL;
+    if (kiln_gguf_open(path, &g, &err) || kiln_tokenizer_load(g, &t, &err)) fail_msg("%s", err.msg);
+    kiln_gguf_close(g); /* the tokenizer keeps its own copy */
+    unlink(path);
+    expect(t, "abc", true, false, IDS(3, 7, 2)); /* no BOS, no space prefix, EOS added */
+    assert_true(kiln_tokenizer_add_eos(t));
+    assert_false(kiln_tokenizer_add_bos(t));
+    assert_int_equal(kiln_tokenizer_max_token_bytes(t), 5);
+    kiln_tokenizer_free(t);
+}
+
 static void test_pretok_table_compiles(void **state) {
     size_t n;
     const kiln_pretok *p = kiln_pretok_table(&n);
@@ -400,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_phi3_special_tokens_eat_whitespace),
         cmocka_unit_test(test_tokenize_reports_needed_size),
         cmocka_unit_test(test_bad_specs_fail_cleanly),
+        cmocka_unit_test(test_load_from_gguf),
         cmocka_unit_test(test_pretok_table_compiles),
         cmocka_unit_test(test_pretok_split),
         cmocka_unit_test(test_utf8_helpers),
