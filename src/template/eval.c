@@ -260,6 +260,11 @@ static tpl_value arith(tpl_state *S, long pos, int op, tpl_value a, tpl_value b)
             return tpl_float(pow(fx, fy));
         }
     }
+    if (op == '%' && a.type == TPL_STR) { /* printf-style formatting */
+        bool tuple = b.type == TPL_LIST && b.l->is_tuple;
+        bool mapping = !tuple && (b.type == TPL_LIST || b.type == TPL_DICT || b.type == TPL_UNDEF);
+        return tpl_strv(tpl_percent_format(S, pos, a.s, tuple ? b.l->v : &b, tuple ? b.l->n : 1, mapping));
+    }
     bool a_seq = a.type == TPL_STR || (a.type == TPL_LIST && !a.l->view);
     bool b_seq = b.type == TPL_STR || (b.type == TPL_LIST && !b.l->view);
     if (op == '+' && a_seq && b_seq && a.type == b.type && (a.type == TPL_STR || a.l->is_tuple == b.l->is_tuple))
@@ -267,6 +272,11 @@ static tpl_value arith(tpl_state *S, long pos, int op, tpl_value a, tpl_value b)
     if (op == '*' && a_seq && both_ints(b, b)) return repeat(S, pos, a, as_int(b));
     if (op == '*' && b_seq && both_ints(a, a)) return repeat(S, pos, b, as_int(a));
     bad_operands(S, pos, names[op], a, b);
+}
+
+static void need_hashable(tpl_state *S, long pos, tpl_value key) {
+    if ((key.type == TPL_LIST && !key.l->is_tuple) || key.type == TPL_DICT)
+        tpl_fail(S->c, pos, "unhashable type: '%s'", tpl_type_name(key));
 }
 
 static bool contains(tpl_state *S, long pos, tpl_value item, tpl_value seq) {
@@ -283,8 +293,9 @@ static bool contains(tpl_state *S, long pos, tpl_value item, tpl_value seq) {
             if (tpl_equal(seq.l->v[i], item)) return true;
         return false;
     case TPL_DICT:
-        if (!seq.d->is_namespace) return tpl_dict_find(seq.d, item) != NULL;
-        break;
+        if (seq.d->is_namespace) break;
+        need_hashable(S, pos, item);
+        return tpl_dict_find(seq.d, item) != NULL;
     default: break;
     }
     tpl_fail(S->c, pos, "argument of type '%s' is not iterable", tpl_type_name(seq));
@@ -411,7 +422,11 @@ static tpl_value eval_node(tpl_state *S, const tpl_node *n) {
         return v;
     case NODE_DICT:
         v = tpl_dict_new(S->c);
-        for (size_t i = 0; i < n->items.n; i++) tpl_dict_set(S->c, v.d, eval(S, n->items.v[i]), eval(S, n->items2.v[i]));
+        for (size_t i = 0; i < n->items.n; i++) {
+            tpl_value key = eval(S, n->items.v[i]);
+            need_hashable(S, n->items.v[i]->pos, key);
+            tpl_dict_set(S->c, v.d, key, eval(S, n->items2.v[i]));
+        }
         return v;
     case NODE_GETATTR: return tpl_getattr(S, n->pos, eval(S, n->a), n->name);
     case NODE_GETITEM: {

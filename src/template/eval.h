@@ -67,6 +67,9 @@ tpl_str tpl_str_case(tpl_state *S, tpl_str s, int mode); /* 'u'pper 'l'ower 'c'a
 tpl_str tpl_str_replace(tpl_state *S, tpl_str s, tpl_str old, tpl_str rep, int64_t count); /* count < 0: all */
 tpl_list *tpl_str_splitlines(tpl_state *S, tpl_str s);
 tpl_value tpl_dict_items(tpl_state *S, tpl_dict *d); /* list of (key, value) tuples */
+/* Python's fmt % args for %s %r %d %i %f %%; mapping: the right operand was a mapping-like object, which Python
+ * forgives for having unused arguments (filters.c). */
+tpl_str tpl_percent_format(tpl_state *S, long pos, tpl_str fmt, const tpl_value *args, size_t n, bool mapping);
 bool tpl_str_eq(tpl_str s, const char *lit);
 
 #endif

@@ -112,6 +112,7 @@ static tpl_value f_reverse(tpl_state *S, tpl_value v, const tpl_args *a) {
 
 /* select/reject/selectattr/rejectattr: keep items whose (attribute's) test result equals want. */
 static tpl_value filter_items(tpl_state *S, tpl_value v, const tpl_args *a, bool by_attr, bool want) {
+    if (!tpl_truthy(v)) return generator(list_of(S, 0)); /* Jinja looks at a false value no further */
     tpl_list *l = tpl_iter(S, a->pos, v);
     tpl_value attr = by_attr ? arg(a, 0, NULL, tpl_none()) : tpl_none();
     size_t test_at = by_attr ? 1 : 0;
@@ -131,6 +132,7 @@ static tpl_value f_selectattr(tpl_state *S, tpl_value v, const tpl_args *a) { re
 static tpl_value f_rejectattr(tpl_state *S, tpl_value v, const tpl_args *a) { return filter_items(S, v, a, true, false); }
 
 static tpl_value f_map(tpl_state *S, tpl_value v, const tpl_args *a) {
+    if (!tpl_truthy(v)) return generator(list_of(S, 0));
     tpl_list *l = tpl_iter(S, a->pos, v);
     tpl_value attr = arg(a, SIZE_MAX, "attribute", tpl_none()), def = arg(a, SIZE_MAX, "default", tpl_none());
     tpl_value out = list_of(S, l->n);
@@ -350,9 +352,7 @@ static tpl_value f_wordcount(tpl_state *S, tpl_value v, const tpl_args *a) {
     return tpl_int(n);
 }
 
-/* Python's "%s" % args for %s, %r, %d, %i and %%. */
-static tpl_value f_format(tpl_state *S, tpl_value v, const tpl_args *a) {
-    tpl_str f = str_of(S, v);
+tpl_str tpl_percent_format(tpl_state *S, long pos, tpl_str f, const tpl_value *args, size_t n, bool mapping) {
     tpl_sb b;
     tpl_sb_init(&b, S->c);
     size_t k = 0;
@@ -366,15 +366,21 @@ static tpl_value f_format(tpl_state *S, tpl_value v, const tpl_args *a) {
             tpl_sb_putc(&b, '%');
             continue;
         }
-        if (k >= a->n) tpl_fail(S->c, a->pos, "not enough arguments for format string");
-        tpl_value x = a->v[k++];
+        if (k >= n) tpl_fail(S->c, pos, "not enough arguments for format string");
+        tpl_value x = args[k++];
+        if (x.type == TPL_UNDEF && spec != 's') tpl_fail_undefined(S->c, pos, x);
         if (spec == 's') tpl_write_str(&b, x);
         else if (spec == 'r') tpl_write_repr(&b, x);
         else if ((spec == 'd' || spec == 'i') && tpl_is_number(x)) tpl_sb_printf(&b, "%lld", (long long)tpl_as_double(x));
-        else tpl_fail(S->c, a->pos, "unsupported format character '%c'", spec);
+        else if (spec == 'f' && tpl_is_number(x)) tpl_sb_printf(&b, "%f", tpl_as_double(x));
+        else tpl_fail(S->c, pos, "unsupported format character '%c' for %s", spec, tpl_type_name(x));
     }
-    if (k < a->n) tpl_fail(S->c, a->pos, "not all arguments converted during string formatting");
-    return tpl_strv(tpl_sb_str(&b));
+    if (k < n && !mapping) tpl_fail(S->c, pos, "not all arguments converted during string formatting");
+    return tpl_sb_str(&b);
+}
+
+static tpl_value f_format(tpl_state *S, tpl_value v, const tpl_args *a) {
+    return tpl_strv(tpl_percent_format(S, a->pos, str_of(S, v), a->v, a->n, false));
 }
 
 /* ---- conversions ---- */
@@ -410,6 +416,7 @@ static bool parse_py_float(tpl_str s, double *out) {
 
 static tpl_value f_int(tpl_state *S, tpl_value v, const tpl_args *a) {
     tpl_value def = arg(a, 0, "default", tpl_int(0));
+    if (v.type == TPL_UNDEF) tpl_fail_undefined(S->c, a->pos, v);
     int64_t i;
     double f;
     if (v.type == TPL_INT) return v;
@@ -423,6 +430,7 @@ static tpl_value f_int(tpl_state *S, tpl_value v, const tpl_args *a) {
 
 static tpl_value f_float(tpl_state *S, tpl_value v, const tpl_args *a) {
     double f;
+    if (v.type == TPL_UNDEF) tpl_fail_undefined(S->c, a->pos, v);
     if (tpl_is_number(v)) return tpl_float(tpl_as_double(v));
     if (v.type == TPL_STR && parse_py_float(v.s, &f)) return tpl_float(f);
     return arg(a, 0, "default", tpl_float(0.0));
@@ -539,7 +547,8 @@ static bool t_float(tpl_state *S, tpl_value v, const tpl_args *a) { return v.typ
 static bool t_number(tpl_state *S, tpl_value v, const tpl_args *a) { return tpl_is_number(v); }
 static bool t_string(tpl_state *S, tpl_value v, const tpl_args *a) { return v.type == TPL_STR; }
 static bool t_mapping(tpl_state *S, tpl_value v, const tpl_args *a) { return v.type == TPL_DICT && !v.d->is_namespace; }
-static bool t_callable(tpl_state *S, tpl_value v, const tpl_args *a) { return v.type == TPL_FUNC; }
+/* Undefined counts: it has a __call__ (that fails). */
+static bool t_callable(tpl_state *S, tpl_value v, const tpl_args *a) { return v.type == TPL_FUNC || v.type == TPL_UNDEF; }
 static bool t_escaped(tpl_state *S, tpl_value v, const tpl_args *a) { return false; }
 static bool t_iterable(tpl_state *S, tpl_value v, const tpl_args *a) {
     return v.type == TPL_UNDEF || v.type == TPL_STR || v.type == TPL_LIST || (v.type == TPL_DICT && !v.d->is_namespace);
@@ -598,23 +607,28 @@ static bool t_upper(tpl_state *S, tpl_value v, const tpl_args *a) {
 typedef struct test {
     const char *name;
     test_fn fn;
+    size_t n_args; /* beyond the value tested */
 } test;
 
 static const test TESTS[] = {
-    {"defined", t_defined}, {"undefined", t_undefined}, {"none", t_none},         {"boolean", t_boolean},
-    {"true", t_true},       {"false", t_false},         {"integer", t_integer},   {"float", t_float},
-    {"number", t_number},   {"string", t_string},       {"mapping", t_mapping},   {"callable", t_callable},
-    {"escaped", t_escaped}, {"iterable", t_iterable},   {"sequence", t_sequence}, {"eq", t_eq},
-    {"equalto", t_eq},      {"==", t_eq},               {"ne", t_ne},             {"!=", t_ne},
-    {"lt", t_lt},           {"lessthan", t_lt},         {"<", t_lt},              {"le", t_le},
-    {"<=", t_le},           {"gt", t_gt},               {"greaterthan", t_gt},    {">", t_gt},
-    {"ge", t_ge},           {">=", t_ge},               {"sameas", t_sameas},     {"in", t_in},
-    {"odd", t_odd},         {"even", t_even},           {"divisibleby", t_divisibleby}, {"lower", t_lower},
-    {"upper", t_upper},     {NULL, NULL},
+    {"defined", t_defined, 0},   {"undefined", t_undefined, 0}, {"none", t_none, 0},         {"boolean", t_boolean, 0},
+    {"true", t_true, 0},         {"false", t_false, 0},         {"integer", t_integer, 0},   {"float", t_float, 0},
+    {"number", t_number, 0},     {"string", t_string, 0},       {"mapping", t_mapping, 0},   {"callable", t_callable, 0},
+    {"escaped", t_escaped, 0},   {"iterable", t_iterable, 0},   {"sequence", t_sequence, 0}, {"eq", t_eq, 1},
+    {"equalto", t_eq, 1},        {"==", t_eq, 1},               {"ne", t_ne, 1},             {"!=", t_ne, 1},
+    {"lt", t_lt, 1},             {"lessthan", t_lt, 1},         {"<", t_lt, 1},              {"le", t_le, 1},
+    {"<=", t_le, 1},             {"gt", t_gt, 1},               {"greaterthan", t_gt, 1},    {">", t_gt, 1},
+    {"ge", t_ge, 1},             {">=", t_ge, 1},               {"sameas", t_sameas, 1},     {"in", t_in, 1},
+    {"odd", t_odd, 0},           {"even", t_even, 0},           {"divisibleby", t_divisibleby, 1},
+    {"lower", t_lower, 0},       {"upper", t_upper, 0},         {NULL, NULL, 0},
 };
 
 bool tpl_test(tpl_state *S, tpl_str name, tpl_value v, const tpl_args *a) {
-    for (const test *t = TESTS; t->name; t++)
-        if (tpl_str_eq(name, t->name)) return t->fn(S, v, a);
+    for (const test *t = TESTS; t->name; t++) {
+        if (!tpl_str_eq(name, t->name)) continue;
+        if (a->n + a->n_kw != t->n_args)
+            tpl_fail(S->c, a->pos, "test '%s' takes %zu argument(s), got %zu", t->name, t->n_args, a->n + a->n_kw);
+        return t->fn(S, v, a);
+    }
     tpl_fail(S->c, a->pos, "no test named '%.*s'", (int)name.len, name.p);
 }

@@ -267,9 +267,10 @@ static tpl_node *parse_postfix(parser *P, tpl_node *n) {
     }
 }
 
+/* Jinja takes any following name but else/or/and as a test's single argument ("x is divisibleby 3", and also
+ * "x is lower not in y", which then fails as it does there). */
 static bool starts_test_arg(const tpl_token *t) {
-    if (t->kind == TOK_NAME)
-        return !is_name(t, "else") && !is_name(t, "or") && !is_name(t, "and") && !is_name(t, "is");
+    if (t->kind == TOK_NAME) return !is_name(t, "else") && !is_name(t, "or") && !is_name(t, "and");
     return t->kind == TOK_STRING || t->kind == TOK_INT || t->kind == TOK_FLOAT || is_op(t, "[") || is_op(t, "{");
 }
 
@@ -280,7 +281,10 @@ static tpl_node *parse_test(parser *P, tpl_node *operand, long pos) {
     n->a = operand;
     n->name = expect_name(P);
     if (is_op(peek(P), "(")) parse_args(P, n);
-    else if (starts_test_arg(peek(P))) push(P, &n->items, parse_postfix(P, parse_primary(P)));
+    else if (starts_test_arg(peek(P))) {
+        if (is_name(peek(P), "is")) tpl_fail(P->c, peek(P)->pos, "You cannot chain multiple tests with is");
+        push(P, &n->items, parse_postfix(P, parse_primary(P)));
+    }
     if (!negated) return n;
     tpl_node *not = new_node(P, NODE_UNARY, pos);
     not->op = 'n';

@@ -1,6 +1,7 @@
 """kiln's chat-template renderer against real Jinja2, byte for byte, rendering the way transformers'
 apply_chat_template does: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loop controls,
 HF's tojson, raise_exception and strftime_now, and tools/documents passed as None."""
+import copy
 import functools
 import json
 import os
@@ -136,8 +137,8 @@ def compiled(source):
 
 def jinja_render(source, variables):
     """(rendered, None) or (None, the raise_exception message or "" for any other Jinja failure)."""
-    try:
-        return compiled(source).render(**variables), None
+    try:  # a copy: some Jinja failures mutate their input first (indent does `s += "\n"` on lists)
+        return compiled(source).render(**copy.deepcopy(variables)), None
     except TemplateError as e:
         return None, str(e)
     except Exception:  # noqa: BLE001 - any Jinja failure must be a kiln failure too
@@ -326,3 +327,66 @@ def test_statements_random():
     mismatches, rendered = differences(cases)
     assert not mismatches, "\n".join(mismatches[:5])
     assert rendered > 60  # the rest must fail in both (break outside a loop, bad macro calls, ...)
+
+
+EXPRESSION_VARIABLES = {
+    "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": None}],
+    "zero": 0, "one": 1, "neg": -3, "seven": 7, "half": 2.5, "big": 1e3, "tenth": 0.1,
+    "word": "abc", "title": "Hello World", "padded": " x y ", "uni": "é世🙂", "empty": "", "csv": "a,b,,c",
+    "quote": "it's \"q\"", "fmt": "%s-%s", "nl": "\n", "nums": [1, 2, 3], "letters": ["b", "a", "c"], "nothing": [],
+    "mixed": [1, "a", None], "dct": {"a": 1, "b": [2, 3]}, "nodict": {}, "pair": [1, 2], "none_": None, "yes": True,
+    "no": False,
+}
+
+
+def random_expression(rng, depth=0):
+    """Operators, filters, tests, methods and subscripts over context variables (no constant-only subexpressions:
+    Jinja folds those at compile time, where some failures turn into Undefined)."""
+    names = [n for n in EXPRESSION_VARIABLES if n != "messages"] + ["messages", "messages[0]", "undefined_name"]
+    binops = ["+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", "<=", ">", ">=", "in", "not in", "and", "or"]
+    filters = ["trim", "length", "tojson", "tojson(indent=2)", "upper", "lower", "first", "last", "join", "join(', ')",
+               "default('D')", "string", "int", "float", "list", "capitalize", "title", "escape", "indent(2)",
+               "sort", "abs", "round", "round(1, 'floor')", "sum", "min", "max", "wordcount", "replace('a', 'X')",
+               "dictsort", "center(9)", "tojson(sort_keys=true)", "tojson(separators=(',', ':'))", "unique|list",
+               "selectattr('role', 'equalto', 'user')|list", "map(attribute='role')|list", "reject('none')|list",
+               "select('string')|list", "items|list", "reverse|list", "count", "safe", "format(1, 2)"]
+    tests = ["defined", "undefined", "none", "string", "number", "mapping", "iterable", "sequence", "boolean", "true",
+             "false", "integer", "float", "odd", "even", "equalto 1", "in nums", "lower", "upper", "divisibleby 2",
+             "sameas none", "callable"]
+    methods = [".upper()", ".lower()", ".strip()", ".split(',')", ".split()", ".title()", ".startswith('a')",
+               ".endswith(('c', 'd'))", ".items()|list", ".keys()|list", ".values()|list", ".get('a')", ".get('z', 5)",
+               ".replace('b', 'Q')", ".lstrip('a')", ".rstrip()", ".count('a')", ".find('c')", ".splitlines()",
+               ".format(1, 2)", ".isdigit()", ".capitalize()", ".join(letters)", ".index(2)"]
+    subscripts = ["[0]", "[-1]", "[1:]", "[:2]", "[::-1]", "[1:3:2]", "['a']", ".a", ".role"]
+    r = rng.random()
+    if depth > 2 or r < 0.3:
+        return rng.choice(names)
+    sub = random_expression(rng, depth + 1)
+    if r < 0.5:
+        return f"{sub} {rng.choice(binops)} {random_expression(rng, depth + 1)}"
+    if r < 0.65:
+        return f"({sub})|{rng.choice(filters)}"
+    if r < 0.75:
+        return f"({sub}) is {rng.choice(['', 'not '])}{rng.choice(tests)}"
+    if r < 0.85:
+        return f"({sub}){rng.choice(methods)}"
+    if r < 0.92:
+        return f"({sub}){rng.choice(subscripts)}"
+    if r < 0.96:
+        return f"{sub} if {random_expression(rng, depth + 1)} else {random_expression(rng, depth + 1)}"
+    return f"not {sub}"
+
+
+def test_expressions_random():
+    import random
+
+    rng = random.Random(7)
+    cases = []
+    for i in range(600):
+        source = "{{ " + random_expression(rng) + " }}"
+        cases.append((f"case {i} {source}", source, EXPRESSION_VARIABLES))
+    mismatches, rendered = differences(cases)
+    # printed generators and Markup reprs carry Python object details no renderer can match
+    mismatches = [m for m in mismatches if "<generator object" not in m and "Markup(" not in m and "iterator object" not in m]
+    assert not mismatches, "\n".join(mismatches[:8])
+    assert rendered > 250
