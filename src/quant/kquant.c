@@ -10,6 +10,12 @@
 #include "quant/kquant.h"
 #include "quant/quant.h"
 
+/* Bit-exactness with the references needs every multiply and add rounded on its own: GCC in ISO C mode never fuses
+ * them, clang would (its default contracts even across intrinsics). */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 static void dequantize_row_q2_K(const void *src, float *dst, int64_t n) {
     const block_q2_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {

@@ -8,7 +8,12 @@
 #include "quant/kquant.h"
 #include "quant/quant.h"
 
-/* 8 unsigned / signed bytes (low half of v) -> floats, times dl, minus ml */
+/* Bit-exactness with the references needs every multiply and add rounded on its own: GCC in ISO C mode never fuses
+ * them, clang would (its default contracts even across intrinsics). */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* F16C conversion: exact like kiln_half_to_float, without its branches */
 static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
 
@@ -18,6 +23,7 @@ static inline __m128i words_vec(const uint32_t w[4]) {
     return _mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]);
 }
 
+/* 8 unsigned / signed bytes (low half of v) -> floats, times dl, minus ml */
 static inline void store8_affine(float *dst, __m128i v, __m256 dl, __m256 ml) {
     __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
     _mm256_storeu_ps(dst, _mm256_sub_ps(_mm256_mul_ps(dl, f), ml));

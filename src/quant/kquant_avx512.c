@@ -10,7 +10,12 @@
 #include "quant/kquant.h"
 #include "quant/quant.h"
 
-/* 16 bytes -> 16 floats: dl * q - ml (unsigned) or dl * q (signed) */
+/* Bit-exactness with the references needs every multiply and add rounded on its own: GCC in ISO C mode never fuses
+ * them, clang would (its default contracts even across intrinsics). */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* F16C conversion: exact like kiln_half_to_float, without its branches */
 static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
 
@@ -20,6 +25,7 @@ static inline __m128i words_vec(const uint32_t w[4]) {
     return _mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]);
 }
 
+/* 16 bytes -> 16 floats: dl * q - ml (unsigned) or dl * q (signed) */
 static inline void store16_affine(float *dst, __m128i v, float dl, float ml) {
     const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
     _mm512_storeu_ps(dst, _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), f), _mm512_set1_ps(ml)));
