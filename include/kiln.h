@@ -73,12 +73,16 @@ void kiln_free(void *p);
 
 typedef struct kiln_context kiln_context;
 
+/* Where a context runs. AUTO: the GPU when kiln was built with CUDA and one answers, else the CPU. */
+typedef enum kiln_device { KILN_DEVICE_CPU = 0, KILN_DEVICE_CUDA = 1, KILN_DEVICE_AUTO = 2 } kiln_device;
+
 typedef struct kiln_context_params {
     int n_ctx;      /* tokens of KV cache; 0: the model's training context, at most 4096 */
     int n_threads;  /* 0: physical cores */
     int n_batch;    /* prompt tokens per matrix-matrix step; 0: 512 */
     bool kv_f32;    /* F32 KV cache instead of F16 */
     bool reference; /* the plain F32 reference forward pass (slow; for checking) */
+    kiln_device device; /* default CPU; the CLI asks for AUTO */
 } kiln_context_params;
 
 kiln_context_params kiln_context_default_params(void);
@@ -87,6 +91,8 @@ void kiln_context_free(kiln_context *c);
 int kiln_context_n_ctx(const kiln_context *c);
 int kiln_context_n_threads(const kiln_context *c);
 const kiln_model *kiln_context_model(const kiln_context *c);
+/* The device a context runs on: KILN_DEVICE_CPU or KILN_DEVICE_CUDA (never AUTO). */
+kiln_device kiln_context_device(const kiln_context *c);
 
 /* Evaluates ids at positions pos..pos+n-1 (positions before pos stay cached; later ones are dropped) and writes
  * the last token's logits (n_vocab floats), or every token's (n * n_vocab) when all_logits. logits may be NULL. */

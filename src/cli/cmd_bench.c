@@ -6,6 +6,7 @@
 
 #include "cli/gen_opts.h"
 #include "cli/membw.h"
+#include "cuda/cuda_backend.h"
 #include "kiln.h"
 
 int cmd_bench(int argc, char **argv);
@@ -105,7 +106,12 @@ static int measure(const bench_opts *o, kiln_context *c, bench_result *r) {
         }
     }
     free(ids);
-    r->bw = membw_read(kiln_context_n_threads(c), 1024);
+    kiln_error e = {{0}};
+    if (kiln_context_device(c) == KILN_DEVICE_CUDA) { /* the GPU's roofline: its device-to-device copy */
+        if (kiln_cuda_measure_copy_bandwidth(&r->bw, &e)) fprintf(stderr, "warning: %s\n", e.msg);
+    } else {
+        r->bw = membw_read(kiln_context_n_threads(c), 1024);
+    }
     return 0;
 fail:
     free(ids);
@@ -125,7 +131,14 @@ static void report(const bench_opts *o, kiln_context *c, const bench_result *r) 
                r->bw / 1e9, frac);
         return;
     }
-    printf("model: %s (%s), %d threads\n", o->g.model, kiln_model_arch(m), kiln_context_n_threads(c));
+    if (kiln_context_device(c) == KILN_DEVICE_CUDA) {
+        char desc[256];
+        kiln_error e = {{0}};
+        kiln_cuda_probe(desc, sizeof desc, &e);
+        printf("model: %s (%s), GPU: %s\n", o->g.model, kiln_model_arch(m), desc);
+    } else {
+        printf("model: %s (%s), %d threads\n", o->g.model, kiln_model_arch(m), kiln_context_n_threads(c));
+    }
     if (o->n_prompt) printf("pp%ld: %.1f tok/s (%.1f ms)\n", o->n_prompt, pp, r->pp_ms);
     if (o->n_gen) printf("tg%ld: %.1f tok/s (%.2f ms/token)\n", o->n_gen, tg, r->tg_ms / o->n_gen);
     printf("weights read per token: %.1f MiB; memory bandwidth: %.2f GB/s; decode bandwidth fraction: %.1f%%\n",

@@ -7,6 +7,7 @@
 void gen_opts_init(gen_opts *o) {
     memset(o, 0, sizeof *o);
     o->ctx = kiln_context_default_params();
+    o->ctx.device = KILN_DEVICE_AUTO;
     o->sampling = kiln_sampling_default_params();
 }
 
@@ -55,7 +56,7 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
     static const char *const with_value[] = {"-m", "--model", "-t", "--threads", "-c", "--ctx", "-b", "--batch",
                                              "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                                              "--repeat-last-n", "--presence-penalty", "--frequency-penalty",
-                                             "--seed", "--stop", "--top-logprobs"};
+                                             "--seed", "--stop", "--top-logprobs", "--device"};
     int known = 0;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(a, with_value[k]);
     if (!known) return 0;
@@ -76,6 +77,14 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) {
         if (gen_parse_int(a, v, 1, 65536, &n)) return -1;
         o->ctx.n_batch = (int)n;
+    } else if (!strcmp(a, "--device")) {
+        if (!strcmp(v, "cpu")) o->ctx.device = KILN_DEVICE_CPU;
+        else if (!strcmp(v, "cuda")) o->ctx.device = KILN_DEVICE_CUDA;
+        else if (!strcmp(v, "auto")) o->ctx.device = KILN_DEVICE_AUTO;
+        else {
+            fprintf(stderr, "error: --device expects cpu, cuda or auto, got '%s'\n", v);
+            return -1;
+        }
     } else if (!strcmp(a, "--temp")) return parse_float(a, v, 0, 100, &s->temperature) ? -1 : 1;
     else if (!strcmp(a, "--top-k")) {
         if (gen_parse_int(a, v, 0, 1 << 24, &n)) return -1;
@@ -107,7 +116,8 @@ void gen_opts_usage(FILE *out, int with_sampling) {
                  "  -t, --threads N          worker threads (default: physical cores)\n"
                  "  -c, --ctx N              context size in tokens (default: the model's, at most 4096)\n"
                  "  -b, --batch N            prompt tokens per batched step (default 512)\n"
-                 "  --kv-f32                 F32 KV cache (default F16)\n");
+                 "  --kv-f32                 F32 KV cache (default F16)\n"
+                 "  --device cpu|cuda|auto   where to run (default auto: the GPU when one answers)\n");
     if (!with_sampling) return;
     fprintf(out, "  --temp T                 temperature, 0 = greedy (default 0.8)\n"
                  "  --top-k K                keep the K most likely tokens, 0 = off (default 40)\n"

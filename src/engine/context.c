@@ -8,9 +8,27 @@ kiln_context_params kiln_context_default_params(void) {
     return (kiln_context_params){.n_ctx = 0, .n_threads = 0, .n_batch = 0};
 }
 
+/* The GPU executor when the device asks for it (AUTO: when a GPU answers). Returns 1 when it was not wanted or
+ * not found under AUTO, so the caller goes on with the CPU. */
+static int make_cuda_executor(kiln_context *c, kiln_error *err) {
+    const kiln_model *m = c->model;
+    if (c->params.device == KILN_DEVICE_CPU) return 1;
+    kiln_error probe = {{0}};
+    if (kiln_cuda_probe(NULL, 0, &probe)) {
+        if (c->params.device == KILN_DEVICE_AUTO) return 1;
+        return kiln_fail(err, "--device cuda: %s", probe.msg);
+    }
+    if (kiln_cuda_model_load(&m->cfg, &m->w, &c->cuda_model, err) ||
+        kiln_cuda_context_new(c->cuda_model, c->params.n_ctx, c->params.n_batch, &c->cuda, err))
+        return -1;
+    return 0;
+}
+
 static int make_executor(kiln_context *c, kiln_error *err) {
     const kiln_model *m = c->model;
     if (c->params.reference) return kiln_ref_init(&c->ref, &m->cfg, &m->w, c->params.n_ctx, err);
+    int rc = make_cuda_executor(c, err);
+    if (rc <= 0) return rc;
     kiln_cpu_params cp = {.n_ctx = c->params.n_ctx, .n_batch = c->params.n_batch, .n_threads = c->params.n_threads,
                           .kv_type = c->params.kv_f32 ? KILN_TYPE_F32 : KILN_TYPE_F16};
     return kiln_cpu_new(&m->cfg, &m->w, &cp, &c->cpu, err);
@@ -47,13 +65,18 @@ void kiln_context_free(kiln_context *c) {
     if (!c) return;
     if (c->params.reference) kiln_ref_free(&c->ref);
     else kiln_cpu_free(c->cpu);
+    kiln_cuda_context_free(c->cuda);
+    kiln_cuda_model_free(c->cuda_model);
     free(c->tokens);
     free(c->logits);
     free(c);
 }
 
 int kiln_context_n_ctx(const kiln_context *c) { return c->params.n_ctx; }
-int kiln_context_n_threads(const kiln_context *c) { return c->params.reference ? 1 : kiln_cpu_n_threads(c->cpu); }
+int kiln_context_n_threads(const kiln_context *c) {
+    return c->params.reference || c->cuda ? 1 : kiln_cpu_n_threads(c->cpu);
+}
+kiln_device kiln_context_device(const kiln_context *c) { return c->cuda ? KILN_DEVICE_CUDA : KILN_DEVICE_CPU; }
 const kiln_model *kiln_context_model(const kiln_context *c) { return c->model; }
 
 static int ref_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
@@ -69,6 +92,16 @@ static int ref_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *
     return 0;
 }
 
+/* The GPU returns the last token's logits; every token's (perplexity) takes one step per token. */
+static int cuda_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
+                     kiln_error *err) {
+    if (!all_logits) return kiln_cuda_eval(c->cuda, ids, n, pos, logits, err);
+    size_t V = (size_t)c->model->cfg.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (kiln_cuda_eval(c->cuda, ids + i, 1, pos + i, logits + i * V, err)) return -1;
+    return 0;
+}
+
 int kiln_ctx_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
                   kiln_error *err) {
     if (pos > c->n_past) return kiln_fail(err, "evaluation at position %d leaves a gap after %d cached tokens", pos,
@@ -76,7 +109,8 @@ int kiln_ctx_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *lo
     float *out = logits ? logits : c->logits;
     bool all = logits && all_logits;
     int rc = c->params.reference ? ref_eval(c, ids, n, pos, out, all, err)
-                                 : kiln_cpu_forward(c->cpu, ids, n, pos, out, all, err);
+             : c->cuda            ? cuda_eval(c, ids, n, pos, out, all, err)
+                                  : kiln_cpu_forward(c->cpu, ids, n, pos, out, all, err);
     if (rc) return -1;
     memcpy(c->tokens + pos, ids, sizeof *ids * (size_t)n);
     c->n_past = pos + n;

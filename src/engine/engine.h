@@ -9,6 +9,7 @@
 
 #include "cpu/forward.h"
 #include "cpu/forward_ref.h"
+#include "cuda/cuda_backend.h"
 #include "kiln.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -18,6 +19,8 @@ struct kiln_context {
     kiln_context_params params;
     kiln_cpu_state *cpu;   /* the fast path, or */
     kiln_ref_state ref;    /* the reference pass when params.reference */
+    kiln_cuda_model *cuda_model; /* the GPU executor when the device is CUDA: weights on the GPU, and */
+    kiln_cuda_context *cuda;     /* its KV cache and workspace */
     int32_t *tokens;       /* tokens[0..n_past) are in the KV cache */
     int n_past;
     float *logits;         /* the last evaluated token's logits, n_vocab */
