@@ -31,16 +31,25 @@ typedef struct token_job {
     kiln_cpu_state *s;
     void (*step)(struct token_job *j, int t);
     int n, layer, pos;
+    atomic_int next;
 } token_job;
 
 static void token_job_run(void *arg, int ith, int nth) {
     token_job *j = arg;
-    for (int t = ith; t < j->n; t += nth) j->step(j, t);
+    (void)ith;
+    (void)nth;
+    int t;
+    while ((t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n) j->step(j, t);
 }
 
-static void for_tokens(kiln_cpu_state *s, token_job *j) {
-    if (j->n == 1) j->step(j, 0);
-    else kiln_pool_run(s->pool, token_job_run, j);
+static void for_tokens(kiln_cpu_state *s, token_job *j, void (*step)(token_job *j, int t)) {
+    j->step = step;
+    if (j->n == 1) {
+        step(j, 0);
+        return;
+    }
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    kiln_pool_run(s->pool, token_job_run, j);
 }
 
 static void rmsnorm(float *out, const float *x, const float *g, int n, float eps) {
@@ -180,13 +189,11 @@ static void layer(kiln_cpu_state *s, int l, int n, int pos) {
     const kiln_weight *w = s->w->layers[l].w;
     token_job tj = {.s = s, .n = n, .layer = l, .pos = pos};
 
-    tj.step = step_attn_norm;
-    for_tokens(s, &tj);
+    for_tokens(s, &tj, step_attn_norm);
     const kiln_weight *qkv[3] = {&w[KILN_ROLE_WQ], &w[KILN_ROLE_WK], &w[KILN_ROLE_WV]};
     float *qkv_out[3] = {s->q, s->k, s->v};
     matmuls(s, qkv, qkv_out, 3, s->xb, n);
-    tj.step = step_qkv_post;
-    for_tokens(s, &tj);
+    for_tokens(s, &tj, step_qkv_post);
 
     attn_job aj = {.s = s, .n = n, .layer = l, .pos = pos};
     atomic_init(&aj.next, 0);
@@ -195,21 +202,17 @@ static void layer(kiln_cpu_state *s, int l, int n, int pos) {
     const kiln_weight *wo[1] = {&w[KILN_ROLE_WO]};
     float *wo_out[1] = {s->xb};
     matmuls(s, wo, wo_out, 1, s->att_out, n);
-    tj.step = step_residual;
-    for_tokens(s, &tj);
+    for_tokens(s, &tj, step_residual);
 
-    tj.step = step_ffn_norm;
-    for_tokens(s, &tj);
+    for_tokens(s, &tj, step_ffn_norm);
     const kiln_weight *gate_up[2] = {&w[KILN_ROLE_FFN_GATE], &w[KILN_ROLE_FFN_UP]};
     float *gate_up_out[2] = {s->hb, s->hb2};
     matmuls(s, gate_up, gate_up_out, 2, s->xb, n);
-    tj.step = step_swiglu;
-    for_tokens(s, &tj);
+    for_tokens(s, &tj, step_swiglu);
     const kiln_weight *down[1] = {&w[KILN_ROLE_FFN_DOWN]};
     float *down_out[1] = {s->xb};
     matmuls(s, down, down_out, 1, s->hb, n);
-    tj.step = step_residual;
-    for_tokens(s, &tj);
+    for_tokens(s, &tj, step_residual);
 }
 
 static void step_output_norm(token_job *j, int t) {
@@ -241,9 +244,9 @@ static void forward_chunk(kiln_cpu_state *s, const int32_t *tokens, int n, int p
     for (int l = 0; l < c->n_layer; l++) layer(s, l, n, pos);
 
     int first = all_logits ? 0 : n - 1;
-    token_job tj = {.s = s, .n = n - first, .step = step_output_norm};
+    token_job tj = {.s = s, .n = n - first};
     if (first > 0) memmove(s->x, s->x + (size_t)first * c->n_embd, sizeof(float) * (size_t)c->n_embd);
-    for_tokens(s, &tj);
+    for_tokens(s, &tj, step_output_norm);
     const kiln_weight *head[1] = {&s->w->output};
     float *head_out[1] = {out};
     matmuls(s, head, head_out, 1, s->xb, n - first);

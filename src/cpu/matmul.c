@@ -26,12 +26,17 @@ typedef struct matmul_job {
     char *qin;
     size_t qin_row;
     atomic_int next_tile;
+    atomic_int next_row; /* input rows to quantize */
 } matmul_job;
 
 static void quantize_job(void *arg, int ith, int nth) {
     matmul_job *j = arg;
+    (void)ith;
+    (void)nth;
     int64_t n_in = j->ws[0]->ne[0];
-    for (int t = ith; t < j->n_tok; t += nth) j->quantize(j->in + (size_t)t * n_in, j->qin + (size_t)t * j->qin_row, n_in);
+    int t;
+    while ((t = atomic_fetch_add_explicit(&j->next_row, 1, memory_order_relaxed)) < j->n_tok)
+        j->quantize(j->in + (size_t)t * n_in, j->qin + (size_t)t * j->qin_row, n_in);
 }
 
 static void run_tile(const matmul_job *j, int tile) {
@@ -70,6 +75,7 @@ void kiln_matmul(kiln_pool *pool, const kiln_weight *const *ws, float *const *ou
         j.total_tiles += j.n_tiles[i];
     }
     atomic_init(&j.next_tile, 0);
+    atomic_init(&j.next_row, 0);
     if (n_tok == 1) quantize_job(&j, 0, 1);
     else kiln_pool_run(pool, quantize_job, &j);
     kiln_pool_run(pool, dot_job, &j);

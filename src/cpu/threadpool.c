@@ -1,6 +1,8 @@
-/* Job hand-off through a generation counter: the caller publishes a job and bumps the counter, workers that see the
- * new value run it and count themselves done. Sleeping workers are woken through a condition variable only when
- * some are actually asleep, so the hot path is two atomic operations per thread. */
+/* Job hand-off through a generation counter: the caller publishes a job and bumps the counter; workers that see
+ * the new value join it, unless the caller has already closed it. The caller runs the job itself, closes it, and
+ * waits only for the workers that joined: on a busy machine a worker that is not scheduled in time is simply not
+ * waited for, and the job's work (claimed item by item) is done by those who are running. Sleeping workers are
+ * woken through a condition variable only when some are actually asleep. */
 #include "cpu/threadpool.h"
 
 #include <pthread.h>
@@ -34,7 +36,8 @@ struct kiln_pool {
     kiln_pool_fn fn;
     void *arg;
     atomic_uint generation;
-    atomic_int n_done;
+    atomic_uint closed; /* generation of the last job the caller has finished */
+    atomic_int n_active; /* workers inside the current job */
     atomic_int n_sleeping;
     atomic_bool stop;
     pthread_mutex_t lock;
@@ -63,19 +66,24 @@ static void *worker_main(void *arg) {
     for (;;) {
         seen = wait_for_job(p, seen);
         if (atomic_load(&p->stop)) return NULL;
-        p->fn(p->arg, w->ith, p->n_threads);
-        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
+        /* join, then check the job is still open: with the caller's close-then-count (both sequentially
+         * consistent), either it sees this worker in n_active or this worker sees the job closed */
+        atomic_fetch_add(&p->n_active, 1);
+        if (atomic_load(&p->closed) != seen && atomic_load(&p->generation) == seen)
+            p->fn(p->arg, w->ith, p->n_threads);
+        atomic_fetch_sub(&p->n_active, 1);
     }
 }
 
 /* Bumps the generation; sleepers are woken under the lock so none can miss the change. */
-static void publish(kiln_pool *p) {
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+static unsigned publish(kiln_pool *p) {
+    unsigned g = atomic_fetch_add(&p->generation, 1) + 1;
     if (atomic_load(&p->n_sleeping) > 0) {
         pthread_mutex_lock(&p->lock);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->lock);
     }
+    return g;
 }
 
 void kiln_pool_run(kiln_pool *p, kiln_pool_fn fn, void *arg) {
@@ -85,11 +93,11 @@ void kiln_pool_run(kiln_pool *p, kiln_pool_fn fn, void *arg) {
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    publish(p);
+    unsigned g = publish(p);
     fn(arg, 0, p->n_threads);
+    atomic_store(&p->closed, g);
     int spins = 0;
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1) {
+    while (atomic_load(&p->n_active) > 0) {
         if (++spins < SPIN_ROUNDS) cpu_relax();
         else sched_yield();
     }
