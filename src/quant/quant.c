@@ -22,6 +22,8 @@ extern const kiln_quant_family kiln_kquant_scalar_family;
 extern const kiln_quant_family kiln_kquant_avx2_family;
 extern const kiln_quant_family kiln_kquant_avx512_family;
 extern const kiln_quant_family kiln_kquant_avx512_vnni_family;
+extern const kiln_quant_family kiln_kquant_quantize_avx2_family;
+extern const kiln_quant_family kiln_kquant_quantize_avx512_family;
 
 /* To register a family: add its `extern const kiln_quant_family ...;` declaration above and its address here.
  * The k-quant families (kquant*.c) go at the end of this list. Order does not matter: levels decide precedence. */
@@ -37,6 +39,8 @@ static const kiln_quant_family *const FAMILIES[] = {
     &kiln_kquant_avx2_family,
     &kiln_kquant_avx512_family,
     &kiln_kquant_avx512_vnni_family,
+    &kiln_kquant_quantize_avx2_family,
+    &kiln_kquant_quantize_avx512_family,
 };
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 
