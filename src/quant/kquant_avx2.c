@@ -1,8 +1,9 @@
 /* k-quants with AVX2: dequantize (bit-exact with kquant.c: the same multiply then subtract, never fused) and the
- * dot product with Q8_K activations (the quantizers are in kquant_quantize_avx2.c). The dot products unpack 32 weights to bytes, multiply them with the activations
- * by vpmaddubsw (unsigned weights x signed activations, pairs summed to 16 bits: no overflow, as every weight is
- * at most 63 and every activation at most 127 in magnitude), apply the sub-block scales by vpmaddwd, and keep the
- * integer block sum exact; the min and bias terms go through the activations' bsums. */
+ * dot product with Q8_K activations (the quantizers are in kquant_quantize_avx2.c). The dot products unpack 32
+ * weights to bytes, multiply them with the activations by vpmaddubsw (unsigned weights x signed activations, pairs
+ * summed to 16 bits: no overflow, as every weight is at most 63 and every activation at most 127 in magnitude),
+ * apply the sub-block scales by vpmaddwd, and keep the integer block sum exact; the min and bias terms go through
+ * the activations' bsums. */
 #include <immintrin.h>
 
 #include "quant/kquant.h"
