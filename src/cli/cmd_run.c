@@ -46,7 +46,6 @@ static int parse_args(run_opts *o, int argc, char **argv) {
             exit(0);
         } else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
-        else if (!strcmp(a, "--reference")) o->g.ctx.reference = true;
         else if (i + 1 < argc && (!strcmp(a, "-p") || !strcmp(a, "--prompt"))) o->prompt = argv[++i];
         else if (i + 1 < argc && (!strcmp(a, "-f") || !strcmp(a, "--file"))) o->prompt_file = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--system")) o->system = argv[++i];

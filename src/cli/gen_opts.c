@@ -53,6 +53,10 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i) {
         o->ctx.kv_f32 = true;
         return 1;
     }
+    if (!strcmp(a, "--reference")) {
+        o->ctx.reference = true;
+        return 1;
+    }
     static const char *const with_value[] = {"-m", "--model", "-t", "--threads", "-c", "--ctx", "-b", "--batch",
                                              "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                                              "--repeat-last-n", "--presence-penalty", "--frequency-penalty",

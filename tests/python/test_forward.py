@@ -5,7 +5,8 @@
   which on this model moves the logits by a few percent (stated bound: relative L2 error < 0.35 at every position,
   < 0.08 on average); the same top-1 token wherever the reference's top two are more than 0.25 apart, and on at
   least 95% of all positions;
-- greedy continuations, ids taken from numpy_llama.py and written here.
+- greedy continuations, ids taken from numpy_llama.py and written here;
+- perplexity (the reference engines' chunked method) against the same computed in numpy.
 """
 import os
 import subprocess
@@ -46,9 +47,13 @@ def model_path():
 
 
 @pytest.fixture(scope="module")
-def numpy_logits(model_path):
-    m = numpy_llama.Model(model_path)
-    return {name: numpy_llama.forward(m, ids) for name, ids in PROMPTS.items()}
+def numpy_model(model_path):
+    return numpy_llama.Model(model_path)
+
+
+@pytest.fixture(scope="module")
+def numpy_logits(numpy_model):
+    return {name: numpy_llama.forward(numpy_model, ids) for name, ids in PROMPTS.items()}
 
 
 def kiln_logits(model_path, ids, *extra):
@@ -99,3 +104,48 @@ def test_greedy_continuations(model_path):
     assert kiln_greedy(model_path, PROMPTS["france"], 8, "--reference") == GREEDY["france"]
     for name, n in FAST_GREEDY_AGREES.items():
         assert kiln_greedy(model_path, PROMPTS[name], n)[:n] == GREEDY[name][:n]
+
+
+TEXT = (
+    "The river rose slowly through the night, and by morning the lower fields were under water. Farmers gathered "
+    "at the bridge to watch the current carry branches, fence posts and the occasional barrel toward the sea. "
+    "Nobody could remember a flood this early in the spring. The old miller said that his grandfather had seen one "
+    "like it, the year the church bell cracked, but nobody believed him, because he said that about everything. "
+    "By noon the rain had stopped, the clouds broke apart, and sunlight lay across the brown water like a sheet of "
+    "copper. Children threw stones from the bank while their parents counted what had been lost and what could "
+    "still be saved. In the evening the water began to fall, leaving behind a line of mud on every wall, a mark "
+    "that would stay there for years as a reminder of the week the river came to town."
+)
+
+
+def numpy_perplexity(m, tokens, n_ctx, n_chunks):
+    nll, count = 0.0, 0
+    for k in range(n_chunks):
+        chunk = tokens[k * n_ctx:(k + 1) * n_ctx]
+        logits = numpy_llama.forward(m, chunk)
+        for j in range(n_ctx // 2, n_ctx - 1):
+            row = logits[j] - logits[j].max()
+            nll -= row[chunk[j + 1]] - np.log(np.exp(row).sum())
+            count += 1
+    return float(np.exp(nll / count))
+
+
+def test_perplexity_matches_numpy(model_path, numpy_model):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "text.txt")
+        with open(path, "w") as f:
+            f.write(TEXT)
+        # this model adds no BOS, so the chunks are plain slices of the text's tokens
+        tokens = [int(t) for t in subprocess.run([KILN, "tokenize", "-m", model_path, "--raw"], input=TEXT,
+                                                 capture_output=True, text=True, check=True).stdout.split()]
+        want = numpy_perplexity(numpy_model, tokens, 64, 2)
+
+        def kiln_ppl(*extra):
+            r = subprocess.run([KILN, "perplexity", "-m", model_path, "-f", path, "--ctx", "64", "--chunks", "2",
+                                *extra], capture_output=True, text=True, check=True)
+            last = r.stdout.strip().splitlines()[-1]
+            assert last.startswith("perplexity: ")
+            return float(last.split()[1])
+
+        assert abs(kiln_ppl("--reference") / want - 1) < 1e-3
+        assert abs(kiln_ppl() / want - 1) < 0.03
