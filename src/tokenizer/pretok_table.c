@@ -120,9 +120,10 @@ static const kiln_pretok table[] = {
     {NAMES("ufakzeka"),
      REGEXES("[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"), false,
      false, false},
-    /* llama.cpp splits digit runs in code (a leading group of 1-2, then threes); the lookahead says the same */
+    /* llama.cpp splits digit runs in code (a leading group of 1-2, then threes). The lookahead says the same; it
+     * runs only at the start of a run (after that, threes follow), so the split stays linear in the run's length */
     {NAMES("afmoe"),
-     REGEXES("\\p{N}{1,3}(?=(?:\\p{N}{3})*(?!\\p{N}))",
+     REGEXES("(?<!\\p{N})\\p{N}{1,3}(?=(?:\\p{N}{3})*(?!\\p{N}))|\\p{N}{3}",
              "[一-鿿㐀-䶿\\x{F900}-\\x{FAFF}぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+",
              RE_PUNCT_WORDS "| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"),
      false, false, false},

@@ -398,6 +398,7 @@ static void test_pretok_split(void **state) {
     expect_split("llama3", "Hello WORLD'S 12345\n\n x", "Hello| WORLD|'S| |123|45|\n\n| x");
     expect_split("starcoder", "ab 123", "ab| |1|2|3");                  /* digits first, one by one */
     expect_split("superbpe", "x1234567y", "x|1|234|567|y");             /* empty matches split */
+    expect_split("afmoe", "x12345 1 123", "x|12|345| |1| |123");         /* leading 1-2 digits, then threes */
     expect_split("deepseek-llm", "ab  \n", "ab|  |\n");                  /* '$' ends a piece */
     expect_split("default", "a,b 1234", "a|,|b| |123|4"); /* each regex splits the pieces of the one before */
 }
