@@ -149,3 +149,19 @@ def test_perplexity_matches_numpy(model_path, numpy_model):
 
         assert abs(kiln_ppl("--reference") / want - 1) < 1e-3
         assert abs(kiln_ppl() / want - 1) < 0.03
+
+
+def test_safetensors_folder_gives_the_gguf_logits(model_path, tmp_path):
+    """The GGUF converted to a Hugging Face folder (F32, q/k rows permuted back) runs to the same logits."""
+    folder = tmp_path / "hf"
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "gguf_to_hf.py"), model_path, str(folder),
+                    "--dtype", "f32"], check=True, capture_output=True)
+    ids = PROMPTS["france"]
+    want = kiln_logits(model_path, ids, "--reference")
+    got = kiln_logits(str(folder), ids, "--reference")
+    assert rel_errors(got, want).max() < 1e-5
+    # the folder's tokenizer and its F32 fast path end to end
+    run = [KILN, "run", "-p", "The capital of France is", "-n", "5", "--temp", "0", "--print-ids"]
+    from_gguf = subprocess.run(run + ["-m", model_path], check=True, capture_output=True, text=True).stdout
+    from_folder = subprocess.run(run + ["-m", str(folder)], check=True, capture_output=True, text=True).stdout
+    assert from_folder.split() == from_gguf.split() == [str(t) for t in GREEDY["france"][:5]]
