@@ -97,34 +97,36 @@ static bool wanted(const kiln_tokenizer *t, int32_t id, bool parse_special) {
     return parse_special || !(t->tokens[id].attr & (KILN_ATTR_CONTROL | KILN_ATTR_UNKNOWN));
 }
 
-/* Every occurrence of every wanted special token, in any order. */
-static int find_all(const kiln_tokenizer *t, const char *text, size_t len, bool parse_special, occurrence **out,
-                    size_t *n_out) {
-    size_t n = 0, cap = 0;
-    occurrence *v = NULL;
+typedef struct occ_list {
+    occurrence *v;
+    size_t n, cap;
+} occ_list;
+
+static int occ_push(occ_list *l, size_t pos, int32_t rank) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        occurrence *v = realloc(l->v, cap * sizeof *v);
+        if (!v) return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (occurrence){pos, rank};
+    return 0;
+}
+
+/* Every occurrence of every wanted special token, in any order: from each byte, walk the trie as far as the text
+ * follows it. */
+static int find_all(const kiln_tokenizer *t, const char *text, size_t len, bool parse_special, occ_list *out) {
     for (size_t i = 0; i < len; i++) {
         int32_t node = t->trie_root[(uint8_t)text[i]];
         for (size_t j = i + 1; node >= 0; j++) {
             int32_t id = t->trie[node].token;
-            if (id >= 0 && wanted(t, id, parse_special)) {
-                if (n == cap) {
-                    cap = cap ? cap * 2 : 64;
-                    occurrence *nv = realloc(v, cap * sizeof *nv);
-                    if (!nv) {
-                        free(v);
-                        return -1;
-                    }
-                    v = nv;
-                }
-                v[n++] = (occurrence){i, t->special_rank[id]};
-            }
+            if (id >= 0 && wanted(t, id, parse_special) && occ_push(out, i, t->special_rank[id])) return -1;
             if (j >= len) break;
             node = t->trie[node].child;
             while (node >= 0 && t->trie[node].byte != (uint8_t)text[j]) node = t->trie[node].sibling;
         }
     }
-    *out = v;
-    *n_out = n;
     return 0;
 }
 
@@ -168,14 +170,17 @@ static size_t skip_rstrip(const kiln_tokenizer *t, int32_t id, const char *text,
 
 int kiln_special_split(const kiln_tokenizer *t, const char *text, size_t len, bool parse_special, kiln_part **parts,
                        size_t *n_parts) {
-    occurrence *occ = NULL;
-    size_t n_occ = 0, n = 0, cap = 0;
+    occ_list occ = {0};
+    size_t n = 0, cap = 0;
     kiln_part *v = NULL;
     *parts = NULL;
     *n_parts = 0;
-    if (find_all(t, text, len, parse_special, &occ, &n_occ)) return -1;
-    if (n_occ == 0) {
-        free(occ);
+    if (find_all(t, text, len, parse_special, &occ)) {
+        free(occ.v);
+        return -1;
+    }
+    if (occ.n == 0) {
+        free(occ.v);
         if (len && push_part(&v, &n, &cap, 0, len, -1)) return -1;
         *parts = v;
         *n_parts = n;
@@ -183,12 +188,12 @@ int kiln_special_split(const kiln_tokenizer *t, const char *text, size_t len, bo
     }
     int32_t *claimed = calloc(len, sizeof *claimed);
     if (!claimed) {
-        free(occ);
+        free(occ.v);
         return -1;
     }
-    qsort(occ, n_occ, sizeof *occ, by_rank_then_pos);
-    claim(t, claimed, occ, n_occ);
-    free(occ);
+    qsort(occ.v, occ.n, sizeof *occ.v, by_rank_then_pos);
+    claim(t, claimed, occ.v, occ.n);
+    free(occ.v);
     size_t run = 0;
     int rc = 0;
     for (size_t i = 0; i < len && !rc;) {
