@@ -1,6 +1,7 @@
 /* Jinja2's built-in filters and tests (the ones chat templates use), with HF's tojson: json.dumps with
  * ensure_ascii=False and no HTML escaping. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -451,11 +452,19 @@ static tpl_value f_round(tpl_state *S, tpl_value v, const tpl_args *a) {
     double scale = pow(10.0, (double)prec), x = tpl_as_double(v) * scale;
     if (tpl_str_eq(method, "common")) {
         if (v.type != TPL_FLOAT) return v.type == TPL_BOOL ? tpl_int(v.b) : v; /* Python round() of an int */
+        if (prec >= 0 && prec <= 400 && isfinite(v.f)) {
+            /* Python rounds the exact binary value half-to-even, as printf does: 23.585 -> 23.59, where the
+             * scaled 2358.4999... would give 23.58 */
+            int n = snprintf(NULL, 0, "%.*f", (int)prec, v.f);
+            char *buf = tpl_alloc(S->c, (size_t)n + 1);
+            snprintf(buf, (size_t)n + 1, "%.*f", (int)prec, v.f);
+            return tpl_float(strtod(buf, NULL));
+        }
         x = nearbyint(x);
-    } else if (tpl_str_eq(method, "ceil")) {
-        x = ceil(x);
-    } else if (tpl_str_eq(method, "floor")) {
-        x = floor(x);
+    } else if (tpl_str_eq(method, "ceil") || tpl_str_eq(method, "floor")) {
+        /* Python's math.ceil/floor return ints: no -0.0, and no infinity */
+        if (!isfinite(x)) tpl_fail(S->c, a->pos, "cannot convert float infinity or NaN to integer");
+        x = (tpl_str_eq(method, "ceil") ? ceil(x) : floor(x)) + 0.0;
     } else {
         tpl_fail(S->c, a->pos, "method must be common, ceil or floor");
     }

@@ -390,3 +390,23 @@ def test_expressions_random():
     mismatches = [m for m in mismatches if "<generator object" not in m and "Markup(" not in m and "iterator object" not in m]
     assert not mismatches, "\n".join(mismatches[:8])
     assert rendered > 250
+
+
+def test_float_spelling_random():
+    """Python's shortest repr, json.dumps and round() on random doubles (bit patterns and decimals)."""
+    import math
+    import random
+    import struct
+
+    rng = random.Random(5)
+    values = [0.0, -0.0, 1.0, 1e16, 1e15, 1e22, 0.0001, 1e-05, 5e-324, 1.7976931348623157e308, 0.1, 2 / 3, 2.5, -2.5, 23.585]
+    for _ in range(150):
+        values.append(struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0])
+        values.append(rng.uniform(-1e6, 1e6))
+        values.append(round(rng.uniform(-100, 100), rng.randint(0, 6)))
+    source = "{{ x }}|{{ x|tojson }}|{{ [x] }}|{{ x * 3 }}|{{ x|round(2) }}|{{ x|round }}|{{ x|round(1, 'ceil') }}"
+    cases = [(f"{v!r}", source + ("|{{ x|int }}" if abs(v) < 9e18 else ""), {"x": v, "messages": []})
+             for v in values if math.isfinite(v)]
+    mismatches, rendered = differences(cases)
+    assert not mismatches, "\n".join(mismatches[:5])
+    assert rendered > 400
