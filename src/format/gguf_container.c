@@ -58,13 +58,13 @@ kiln_gguf *kiln_gguf_new(const char *path) {
 
 void *kiln_gguf_alloc(kiln_gguf *g, size_t size) {
     container *c = g->impl;
+    if (size > SIZE_MAX - ARENA_ALIGN - sizeof(arena_block)) return NULL;
     size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     if (size == 0) size = ARENA_ALIGN;
     arena_block *b = c->blocks;
     if (!b || b->cap - b->used < size) {
         /* large requests get a block of their own so the current small block keeps its free space */
         size_t cap = size > ARENA_BLOCK / 4 ? size : ARENA_BLOCK;
-        if (cap > SIZE_MAX - sizeof *b) return NULL;
         arena_block *nb = malloc(sizeof *nb + cap);
         if (!nb) return NULL;
         nb->used = 0;
