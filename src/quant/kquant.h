@@ -59,25 +59,4 @@ static inline void kquant_unpack_q3_scales(const uint8_t *packed, int8_t out[16]
     }
 }
 
-/* The same unpacking with 32-bit word operations, for the SIMD kernels where a per-byte loop would cost as much as
- * the block's dot product. Little-endian hosts (all x86). Q4_K/Q5_K: out bytes 0-7 scales, 8-15 mins. */
-static inline void kquant_unpack_k4_words(const uint8_t *packed, uint32_t out[4]) {
-    uint32_t w[3];
-    memcpy(w, packed, sizeof w);
-    out[0] = w[0] & 0x3f3f3f3f;
-    out[1] = (w[2] & 0x0f0f0f0f) | (((w[0] >> 6) & 0x03030303) << 4);
-    out[2] = w[1] & 0x3f3f3f3f;
-    out[3] = ((w[2] >> 4) & 0x0f0f0f0f) | (((w[1] >> 6) & 0x03030303) << 4);
-}
-
-/* Q3_K: the 16 scales with their +32 bias still on (0..63), one per byte. */
-static inline void kquant_unpack_q3_words(const uint8_t *packed, uint32_t out[4]) {
-    uint32_t w[3];
-    memcpy(w, packed, sizeof w);
-    out[0] = (w[0] & 0x0f0f0f0f) | ((w[2] & 0x03030303) << 4);
-    out[1] = (w[1] & 0x0f0f0f0f) | (((w[2] >> 2) & 0x03030303) << 4);
-    out[2] = ((w[0] >> 4) & 0x0f0f0f0f) | (((w[2] >> 4) & 0x03030303) << 4);
-    out[3] = ((w[1] >> 4) & 0x0f0f0f0f) | (((w[2] >> 6) & 0x03030303) << 4);
-}
-
 #endif

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "quant/kquant.h"
+#include "quant/kquant_simd.h"
 #include "quant/quant.h"
 
 /* Bit-exactness with the references needs every multiply and add rounded on its own: GCC in ISO C mode never fuses
@@ -17,12 +18,6 @@
 
 /* F16C conversion: exact like kiln_half_to_float, without its branches */
 static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
-
-/* The unpacked scale words as a vector, built from registers: a 128-bit load right after four 32-bit stores
- * would stall on store forwarding. */
-static inline __m128i words_vec(const uint32_t w[4]) {
-    return _mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]);
-}
 
 /* 8 unsigned / signed bytes (low half of v) -> floats, times dl, minus ml */
 static inline void store8_affine(float *dst, __m128i v, __m256 dl, __m256 ml) {
@@ -102,9 +97,8 @@ static void dequantize_row_q4_K(const void *src, float *dst, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        uint32_t words[4];
-        kquant_unpack_k4_words(x[i].scales, words);
-        const uint8_t *sm = (const uint8_t *)words; /* 8 scales, then 8 mins */
+        uint8_t sm[16]; /* 8 scales, then 8 mins */
+        _mm_storeu_si128((__m128i *)sm, kquant_k4_scales_mins(x[i].scales));
         for (int j = 0; j < QK_K / 64; j++, dst += 64) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             store32_affine(dst, _mm256_and_si256(q, m4), d * (float)sm[2 * j], dmin * (float)sm[8 + 2 * j]);
@@ -127,9 +121,8 @@ static void dequantize_row_q5_K(const void *src, float *dst, int64_t n) {
     const block_q5_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        uint32_t words[4];
-        kquant_unpack_k4_words(x[i].scales, words);
-        const uint8_t *sm = (const uint8_t *)words; /* 8 scales, then 8 mins */
+        uint8_t sm[16]; /* 8 scales, then 8 mins */
+        _mm_storeu_si128((__m128i *)sm, kquant_k4_scales_mins(x[i].scales));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         for (int j = 0; j < QK_K / 64; j++, dst += 64) {
             __m256i lo, hi;
@@ -253,9 +246,7 @@ static float vec_dot_q3_K(int64_t n, const void *vx, const void *vy) {
     const block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint32_t words[4];
-        kquant_unpack_q3_words(x[i].scales, words);
-        const __m128i sc = _mm_sub_epi8(words_vec(words), _mm_set1_epi8(32));
+        const __m128i sc = _mm_sub_epi8(kquant_q3_scales(x[i].scales), _mm_set1_epi8(32));
         const scale_words w = widen_scales(sc, 1);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         const int8_t *q8 = y[i].qs;
@@ -288,9 +279,7 @@ static float vec_dot_q4_K(int64_t n, const void *vx, const void *vy) {
     /* the min terms accumulate apart, which halves the loop-carried dependency chain */
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint32_t words[4];
-        kquant_unpack_k4_words(x[i].scales, words);
-        const __m128i scales_mins = words_vec(words);
+        const __m128i scales_mins = kquant_k4_scales_mins(x[i].scales);
         const scale_words w = widen_scales(scales_mins, 0);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -312,9 +301,7 @@ static float vec_dot_q5_K(int64_t n, const void *vx, const void *vy) {
     /* the min terms accumulate apart, which halves the loop-carried dependency chain */
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint32_t words[4];
-        kquant_unpack_k4_words(x[i].scales, words);
-        const __m128i scales_mins = words_vec(words);
+        const __m128i scales_mins = kquant_k4_scales_mins(x[i].scales);
         const scale_words w = widen_scales(scales_mins, 0);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         const int8_t *q8 = y[i].qs;

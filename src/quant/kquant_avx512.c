@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "quant/kquant.h"
+#include "quant/kquant_simd.h"
 #include "quant/quant.h"
 
 /* Bit-exactness with the references needs every multiply and add rounded on its own: GCC in ISO C mode never fuses
@@ -18,12 +19,6 @@
 
 /* F16C conversion: exact like kiln_half_to_float, without its branches */
 static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
-
-/* The unpacked scale words as a vector, built from registers: a 128-bit load right after four 32-bit stores
- * would stall on store forwarding. */
-static inline __m128i words_vec(const uint32_t w[4]) {
-    return _mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]);
-}
 
 /* 16 bytes -> 16 floats: dl * q - ml (unsigned) or dl * q (signed) */
 static inline void store16_affine(float *dst, __m128i v, float dl, float ml) {
@@ -114,9 +109,8 @@ static void dequantize_row_q4_K(const void *src, float *dst, int64_t n) {
     const block_q4_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        uint32_t words[4];
-        kquant_unpack_k4_words(x[i].scales, words);
-        const uint8_t *sm = (const uint8_t *)words; /* 8 scales, then 8 mins */
+        uint8_t sm[16]; /* 8 scales, then 8 mins */
+        _mm_storeu_si128((__m128i *)sm, kquant_k4_scales_mins(x[i].scales));
         for (int j = 0; j < QK_K / 64; j++) {
             const __m512i v = q4_pair(x[i].qs, j);
             for (int k = 0; k < 4; k++, dst += 16) {
@@ -131,9 +125,8 @@ static void dequantize_row_q5_K(const void *src, float *dst, int64_t n) {
     const block_q5_K *x = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = half_to_float(x[i].d), dmin = half_to_float(x[i].dmin);
-        uint32_t words[4];
-        kquant_unpack_k4_words(x[i].scales, words);
-        const uint8_t *sm = (const uint8_t *)words; /* 8 scales, then 8 mins */
+        uint8_t sm[16]; /* 8 scales, then 8 mins */
+        _mm_storeu_si128((__m128i *)sm, kquant_k4_scales_mins(x[i].scales));
         for (int j = 0; j < QK_K / 64; j++) {
             const __m512i v = q5_pair(x[i].qs, x[i].qh, j);
             for (int k = 0; k < 4; k++, dst += 16) {
@@ -221,9 +214,7 @@ static inline float vec_dot_q3_K_impl(int64_t n, const void *vx, const void *vy,
     const block_q8_K *y = vy;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint32_t words[4];
-        kquant_unpack_q3_words(x[i].scales, words);
-        const __m128i sc = _mm_sub_epi8(words_vec(words), _mm_set1_epi8(32));
+        const __m128i sc = _mm_sub_epi8(kquant_q3_scales(x[i].scales), _mm_set1_epi8(32));
         const __m512i scales = scale_words(_mm512_cvtepi8_epi32(sc), vnni);
         /* weights are stored as (0..7) - 4: the -4 goes through the bsums */
         __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsum_dot(sc, y[i].bsums, true), 2));
@@ -239,8 +230,8 @@ static inline float vec_dot_q3_K_impl(int64_t n, const void *vx, const void *vy,
 }
 
 /* Q4_K/Q5_K mins: each min covers two 16-sums */
-static inline __m512i k4_mins(const uint32_t words[4], const int16_t *bsums) {
-    const __m128i mins = _mm_unpackhi_epi64(words_vec(words), words_vec(words));
+static inline __m512i k4_mins(__m128i scales_mins, const int16_t *bsums) {
+    const __m128i mins = _mm_unpackhi_epi64(scales_mins, scales_mins);
     const __m256i m = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins)),
                                         _mm256_loadu_si256((const __m256i *)bsums));
     return _mm512_zextsi256_si512(m);
@@ -256,9 +247,8 @@ static inline float vec_dot_k4_impl(int64_t n, const void *vx, const void *vy, b
         /* Q4_K and Q5_K share d, dmin and scales at the same offsets; Q5_K adds qh before qs */
         const block_q4_K *x4 = (const block_q4_K *)xb;
         const block_q5_K *x5 = (const block_q5_K *)xb;
-        uint32_t words[4];
-        kquant_unpack_k4_words(x4->scales, words);
-        const __m512i scales = scale_words(_mm512_cvtepu8_epi32(words_vec(words)), vnni);
+        const __m128i scales_mins = kquant_k4_scales_mins(x4->scales);
+        const __m512i scales = scale_words(_mm512_cvtepu8_epi32(scales_mins), vnni);
         __m512i sumi = _mm512_setzero_si512();
         for (int j = 0; j < QK_K / 64; j++) {
             const __m512i q = five_bits ? q5_pair(x5->qs, x5->qh, j) : q4_pair(x4->qs, j);
@@ -266,7 +256,7 @@ static inline float vec_dot_k4_impl(int64_t n, const void *vx, const void *vy, b
         }
         const float d = y[i].d * half_to_float(x4->d), dmin = y[i].d * half_to_float(x4->dmin);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
-        acc_m = _mm512_fmadd_ps(_mm512_set1_ps(dmin), _mm512_cvtepi32_ps(k4_mins(words, y[i].bsums)), acc_m);
+        acc_m = _mm512_fmadd_ps(_mm512_set1_ps(dmin), _mm512_cvtepi32_ps(k4_mins(scales_mins, y[i].bsums)), acc_m);
     }
     return block_sum(_mm512_sub_ps(acc, acc_m));
 }
