@@ -18,7 +18,7 @@
 
 /* Q8_K activations, byte for byte as kiln_quantize_row_q8_K: the same extreme value (the first of largest
  * magnitude; NaNs are never it unless they come first), the same product iscale * x, rounded half to even by
- * vcvtps2dq like lrintf. */
+ * vcvtps2dq like the scalar rounding (a NaN product becomes -127 in both). */
 static int first_index_of_abs(const float *x, float amax) {
     const __m256 sign = _mm256_set1_ps(-0.0f), target = _mm256_set1_ps(amax);
     for (int j = 0; j < QK_K; j += 8) {

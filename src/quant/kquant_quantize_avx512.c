@@ -8,7 +8,8 @@
 
 /* Q8_K activations, byte for byte as kiln_quantize_row_q8_K: the same extreme value (the first of largest
  * magnitude; NaNs are never it unless they come first), the same product iscale * x, rounded half to even by
- * vcvtps2dq like lrintf. One vector is one 16-weight sub-block, so its sum is that sub-block's bsum. */
+ * vcvtps2dq like the scalar rounding (a NaN product becomes -127 in both). One vector is one 16-weight sub-block,
+ * so its sum is that sub-block's bsum. */
 static void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
     block_q8_K *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
