@@ -66,6 +66,9 @@ tpl_str tpl_str_strip(tpl_str s, const tpl_str *chars, bool left, bool right); /
 tpl_str tpl_str_case(tpl_state *S, tpl_str s, int mode); /* 'u'pper 'l'ower 'c'apitalize 't'itle 's'wapcase */
 tpl_str tpl_str_replace(tpl_state *S, tpl_str s, tpl_str old, tpl_str rep, int64_t count); /* count < 0: all */
 tpl_list *tpl_str_splitlines(tpl_state *S, tpl_str s);
+/* Appends the code point cp, found at bytes [at, end) of s, mapped as Python does: 'u'pper, 'l'ower, 't'itle
+ * (casing.c). */
+void tpl_case_put(tpl_sb *b, tpl_str s, size_t at, size_t end, uint32_t cp, int how);
 tpl_value tpl_dict_items(tpl_state *S, tpl_dict *d); /* list of (key, value) tuples */
 /* Python's fmt % args for %s %r %d %i %f %%; mapping: the right operand was a mapping-like object, which Python
  * forgives for having unused arguments (filters.c). */

@@ -246,14 +246,25 @@ static tpl_value f_title(tpl_state *S, tpl_value v, const tpl_args *a) {
     tpl_str s = str_of(S, v);
     tpl_sb b;
     tpl_sb_init(&b, S->c);
-    bool word_start = true;
     for (size_t i = 0; i < s.len;) {
         uint32_t cp;
+        size_t at = i;
         i += tpl_utf8_decode(s.p + i, s.len - i, &cp);
-        bool sep = tpl_py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
-        utf8proc_int32_t c = (utf8proc_int32_t)cp;
-        tpl_utf8_put(&b, (uint32_t)(sep ? c : word_start ? utf8proc_toupper(c) : utf8proc_tolower(c)));
-        word_start = sep;
+        if (tpl_py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<') {
+            tpl_sb_put(&b, s.p + at, i - at);
+            continue;
+        }
+        /* a word: Jinja spells it word[0].upper() + word[1:].lower(), so the rest is lowered on its own */
+        tpl_case_put(&b, s, at, i, cp, 'u');
+        size_t end = i;
+        while (end < s.len) {
+            size_t k = tpl_utf8_decode(s.p + end, s.len - end, &cp);
+            if (tpl_py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<') break;
+            end += k;
+        }
+        tpl_str rest = tpl_str_case(S, (tpl_str){s.p + i, end - i}, 'l');
+        tpl_sb_put(&b, rest.p, rest.len);
+        i = end;
     }
     return tpl_strv(tpl_sb_str(&b));
 }

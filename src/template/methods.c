@@ -62,22 +62,22 @@ static bool is_cased_letter(uint32_t cp) {
 tpl_str tpl_str_case(tpl_state *S, tpl_str s, int mode) {
     tpl_sb b;
     tpl_sb_init(&b, S->c);
-    bool prev_cased = false, first = true;
+    bool prev_cased = false;
     for (size_t i = 0; i < s.len;) {
         uint32_t cp;
+        size_t at = i;
         i += tpl_utf8_decode(s.p + i, s.len - i, &cp);
-        bool upper;
+        int how;
         switch (mode) {
-        case 'u': upper = true; break;
-        case 'l': upper = false; break;
-        case 'c': upper = first; break;
-        case 't': upper = !prev_cased; break;
-        default: upper = utf8proc_islower((utf8proc_int32_t)cp); break;
+        case 'u': how = 'u'; break;
+        case 'l': how = 'l'; break;
+        case 'c': how = at == 0 ? 't' : 'l'; break;
+        case 't': how = prev_cased ? 'l' : 't'; break;
+        default: how = utf8proc_islower((utf8proc_int32_t)cp) ? 'u' : utf8proc_isupper((utf8proc_int32_t)cp) ? 'l' : 0; break;
         }
-        uint32_t out = (uint32_t)(upper ? utf8proc_toupper((utf8proc_int32_t)cp) : utf8proc_tolower((utf8proc_int32_t)cp));
-        tpl_utf8_put(&b, out);
+        if (how) tpl_case_put(&b, s, at, i, cp, how);
+        else tpl_sb_put(&b, s.p + at, i - at);
         prev_cased = is_cased_letter(cp);
-        first = false;
     }
     return tpl_sb_str(&b);
 }

@@ -410,3 +410,20 @@ def test_float_spelling_random():
     mismatches, rendered = differences(cases)
     assert not mismatches, "\n".join(mismatches[:5])
     assert rendered > 400
+
+
+def test_unicode_strings_random():
+    """Case mapping (ß -> SS, İ -> i̇, final sigma, titlecase digraphs), Unicode whitespace, code-point indexing."""
+    import random
+
+    rng = random.Random(3)
+    pool = "aZ é世🙂ßǆİıŉΣσςﬁ \t\n\u3000\xa0\u2028-_(.,!'\"{}[]<>&Ωω1２٣ÀÉÎÕÜᾳΐ"
+    values = ["ß straße", "ǆemal", "İstanbul", "ΣΑΣ σας", "ﬁne", "hello-world (x) [y] {z} <w>", "ΟΔΟΣ.", "aΣ'", "ΣΑΣ'S"]
+    values += ["".join(rng.choice(pool) for _ in range(rng.randint(0, 12))) for _ in range(200)]
+    source = ("{{ s|upper }}|{{ s|lower }}|{{ s|title }}|{{ s|capitalize }}|{{ s.title() }}|{{ s.swapcase() }}|"
+              "{{ s|trim }}|{{ s.split() }}|{{ s|length }}|{{ s|reverse }}|{{ s[1:4] }}|{{ s|wordcount }}|{{ [s] }}|"
+              "{{ s|tojson }}|{{ s.isalpha() }}|{{ s.islower() }}|{{ s.isupper() }}|{{ s.isspace() }}|{{ s|escape }}|"
+              "{{ s.splitlines() }}|{{ s|center(20) }}|{{ s|indent(2, true) }}")
+    mismatches, rendered = differences([(repr(v), source, {"s": v, "messages": []}) for v in values])
+    assert not mismatches, "\n".join(mismatches[:5])
+    assert rendered == len(values)
