@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs the CUDA tests and benchmarks on a GPU machine from binaries built elsewhere and copied into .devrun/
 # (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, models/: test models).
-# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [gemv] [model] [synth] [decode MODEL...]
+# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [gemv] [ncu] [model] [synth] [kiln] [decode MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf)
 set -u
 out=$1; shift
@@ -20,11 +20,26 @@ while [ $# -gt 0 ]; do
     memcheck) run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_kernels" ;;
     racecheck) run compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/cuda_kernels" ;;
     gemv) run "$bin/bench_cuda_gemv" ;;
+    ncu) # hardware counters of a Q4_K GEMV from the bench (the Q4_K one: 8 quantized runs of 68 calls come first)
+        ncu --kernel-name regex:gemv_q_kernel --launch-skip 550 --launch-count 1 --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+            "$bin/bench_cuda_gemv" > "$out/ncu.txt" 2>&1
+        grep -E "gemv_q_kernel|Throughput|Duration|Warp Cycles|Stall|Occupancy|Registers|L1/TEX Hit|Mem Busy|Max Bandwidth|Issued" "$out/ncu.txt" | head -60 ;;
     model) export KILN_CUDA_TEST_MODELS="$(ls "$root"/.devrun/models/*.gguf | tr '\n' ' ')"; run "$bin/cuda_model" ;;
     synth) # random Q4_K_M files at the reference shapes, made here (the generator's gguf package travels in .devrun/py)
         for shape in qwen2-1.5b llama3-8b; do
             [ -e /tmp/$shape.gguf ] || PYTHONPATH=$root/.devrun/py run python3 "$root/tests/cuda/make_model.py" $shape q4_k_m /tmp/$shape.gguf
         done ;;
+    kiln) # the CLI end to end: kiln synth files, kiln bench on the GPU, greedy text on GPU and CPU compared
+        vocab=$root/.devrun/models/vocab-spm.gguf.vocab
+        for shape in smollm2-135m qwen2-1.5b; do
+            [ -e /tmp/kiln-$shape.gguf ] || run "$bin/kiln" synth --shape $shape --type q4_k_m --vocab-from "$vocab" -o /tmp/kiln-$shape.gguf --quiet
+            run "$bin/kiln" bench -m /tmp/kiln-$shape.gguf --device cuda
+        done
+        for dev in cuda cpu; do
+            "$bin/kiln" run -m /tmp/kiln-smollm2-135m.gguf --device $dev --temp 0 -n 48 -p "The quick brown fox" > "$out/greedy-$dev.txt" 2>>"$out/log.txt"
+        done
+        if cmp -s "$out/greedy-cuda.txt" "$out/greedy-cpu.txt"; then echo "greedy text: cuda == cpu"; else echo "!! greedy text differs"; status=1; fi ;;
     decode) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_decode" "$1"; shift; done; continue ;;
     *) echo "unknown stage $1"; status=1 ;;
     esac
