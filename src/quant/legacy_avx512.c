@@ -13,9 +13,9 @@ static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-static inline uint32_t load_qh(const uint8_t *qh) {
+static inline uint32_t load_u32(const uint8_t *p) {
     uint32_t v;
-    memcpy(&v, qh, sizeof v);
+    memcpy(&v, p, sizeof v);
     return v;
 }
 
@@ -66,7 +66,7 @@ static void dequantize_row_q5_0(const void *src, float *dst, int64_t n) {
     const __m128i sixteen = _mm_set1_epi8(16);
     for (int64_t i = 0; i < n / QK5_0; i++, dst += QK5_0) {
         __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
-        uint32_t qh = load_qh(b[i].qh);
+        uint32_t qh = load_u32(b[i].qh);
         __m512 d = _mm512_set1_ps(half_to_float(b[i].d));
         store16(_mm_sub_epi8(with_fifth_bits(low_nibbles(packed), qh & 0xFFFF), sixteen), d, dst);
         store16(_mm_sub_epi8(with_fifth_bits(high_nibbles(packed), qh >> 16), sixteen), d, dst + 16);
@@ -77,7 +77,7 @@ static void dequantize_row_q5_1(const void *src, float *dst, int64_t n) {
     const block_q5_1 *b = src;
     for (int64_t i = 0; i < n / QK5_1; i++, dst += QK5_1) {
         __m128i packed = _mm_loadu_si128((const __m128i *)b[i].qs);
-        uint32_t qh = load_qh(b[i].qh);
+        uint32_t qh = load_u32(b[i].qh);
         __m512 d = _mm512_set1_ps(half_to_float(b[i].d)), m = _mm512_set1_ps(half_to_float(b[i].m));
         store16_min(with_fifth_bits(low_nibbles(packed), qh & 0xFFFF), d, m, dst);
         store16_min(with_fifth_bits(high_nibbles(packed), qh >> 16), d, m, dst + 16);
@@ -150,7 +150,7 @@ static inline __m256i nibbles32(const uint8_t *qs) {
     return _mm256_set_m128i(high_nibbles(packed), low_nibbles(packed));
 }
 
-static inline __m256i fifth_bits32(const uint8_t *qh) { return _mm256_maskz_set1_epi8(load_qh(qh), 0x10); }
+static inline __m256i fifth_bits32(const uint8_t *qh) { return _mm256_maskz_set1_epi8(load_u32(qh), 0x10); }
 
 static inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
@@ -219,12 +219,6 @@ static inline float no_offset(const void *x, const void *y) {
     (void)x;
     (void)y;
     return 0.0f;
-}
-
-static inline uint32_t load_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
 }
 
 /* The first 4 bytes of 4 blocks, inserted one by one: built any other way, compilers assemble the vector in memory
