@@ -92,12 +92,20 @@ static int read_shape(json_t *root, kiln_hf_config *c, const char *what, kiln_er
     return 0;
 }
 
-static int read_rope_scaling(json_t *root, kiln_hf_config *c, kiln_meta *m, const char *what, kiln_error *err) {
+/* Rope settings: transformers 5 writes them as one "rope_parameters" object (rope_theta, rope_type and the
+ * scaling fields); older configs have top-level rope_theta and a "rope_scaling" object. */
+static json_t *rope_scaling(json_t *root) {
     json_t *rs = json_object_get(root, "rope_scaling");
+    return rs && !json_is_null(rs) ? rs : json_object_get(root, "rope_parameters");
+}
+
+static int read_rope_scaling(json_t *root, kiln_hf_config *c, kiln_meta *m, const char *what, kiln_error *err) {
+    json_t *rs = rope_scaling(root);
     if (!rs || json_is_null(rs)) return 0;
     if (!json_is_object(rs)) return kiln_fail(err, "%s: rope_scaling is not an object", what);
     const char *type = json_string_value(json_object_get(rs, "rope_type"));
     if (!type) type = json_string_value(json_object_get(rs, "type"));
+    if (!type && rs == json_object_get(root, "rope_parameters")) return 0; /* just rope_theta */
     if (!type) return kiln_fail(err, "%s: rope_scaling has no rope_type", what);
     double factor = 1.0;
     if (get_num(rs, "factor", 1e-6, 1e6, &factor, what, err)) return -1;
@@ -147,8 +155,10 @@ static int set_f32(kiln_meta *m, const char *arch, const char *suffix, double v,
 static int write_keys(json_t *root, kiln_hf_config *c, kiln_meta *m, const char *what, kiln_error *err) {
     double eps = 1e-6;
     c->rope_base = 10000.0;
+    json_t *rp = json_object_get(root, "rope_parameters");
     if (get_num(root, "rms_norm_eps", 0, 1, &eps, what, err) ||
-        get_num(root, "rope_theta", 1e-3, 1e12, &c->rope_base, what, err))
+        get_num(root, "rope_theta", 1e-3, 1e12, &c->rope_base, what, err) ||
+        (json_is_object(rp) && get_num(rp, "rope_theta", 1e-3, 1e12, &c->rope_base, what, err)))
         return -1;
     const char *a = c->arch;
     if (kiln_meta_set_str(m, "general.architecture", a, err) || set_u32(m, a, "context_length", c->n_ctx, err) ||

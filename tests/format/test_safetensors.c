@@ -151,6 +151,25 @@ static void test_llama3_rope_freqs(void **state) {
     assert_true(f[63] == 8.0f); /* long ones divided by the factor */
     for (int i = 1; i < 64; i++) assert_true(f[i] >= f[i - 1]);
     kiln_meta_discard(&m);
+
+    /* transformers 5 spells it as one rope_parameters object holding rope_theta too */
+    const char *v5 = "{\"model_type\":\"llama\",\"hidden_size\":4096,\"num_hidden_layers\":32,"
+                     "\"num_attention_heads\":32,\"intermediate_size\":14336,\"rope_parameters\":{\"rope_theta\":"
+                     "500000.0,\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
+                     "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"}}";
+    assert_int_equal(kiln_meta_init(&m, "cfg", &err), 0);
+    assert_int_equal(kiln_hf_config_parse(v5, strlen(v5), "config.json", &cfg, &m, &err), 0);
+    assert_true(cfg.llama3_rope && cfg.rope_base == 500000.0);
+    float g[64];
+    kiln_hf_llama3_rope_freqs(&cfg, g);
+    assert_memory_equal(f, g, sizeof f);
+    kiln_meta_discard(&m);
+    const char *plain = "{\"model_type\":\"qwen2\",\"hidden_size\":64,\"num_hidden_layers\":1,"
+                        "\"num_attention_heads\":4,\"intermediate_size\":64,\"rope_parameters\":{\"rope_theta\":1e6}}";
+    assert_int_equal(kiln_meta_init(&m, "cfg", &err), 0);
+    assert_int_equal(kiln_hf_config_parse(plain, strlen(plain), "config.json", &cfg, &m, &err), 0);
+    assert_true(!cfg.llama3_rope && cfg.rope_base == 1e6);
+    kiln_meta_discard(&m);
 }
 
 /* --- folders ---------------------------------------------------------------------------------------------------- */

@@ -204,11 +204,14 @@ def make_tokenizer(reader):
     merges = field(reader, "tokenizer.ggml.merges", [])
     tok = {
         "version": "1.0",
+        "truncation": None,
+        "padding": None,
         "added_tokens": added,
         "normalizer": None,
         "pre_tokenizer": PRE_TOKENIZERS.get(pre),
         "post_processor": None,
-        "decoder": {"type": "ByteLevel"} if not byte_fallback else None,
+        "decoder": ({"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+                    if not byte_fallback else None),
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                   "end_of_word_suffix": None, "fuse_unk": byte_fallback, "byte_fallback": byte_fallback,
                   "vocab": vocab, "merges": merges},
