@@ -66,7 +66,9 @@ typedef enum tpl_node_kind {
     NODE_CALLBLOCK, /* call a (items2: the caller body as a macro node in b) */
     NODE_BREAK,
     NODE_CONTINUE,
-    NODE_BODY, /* items, rendered in place (generation blocks) */
+    NODE_BODY,        /* items, rendered in place (generation blocks) */
+    NODE_WITH,        /* with names = items2 values: items, in a scope of its own */
+    NODE_FILTERBLOCK, /* filter items2 (a chain of NODE_FILTER with no operand): items */
 } tpl_node_kind;
 
 /* What a macro body refers to decides what a call may pass, as in Jinja: extra positional arguments need varargs,

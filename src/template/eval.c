@@ -561,6 +561,27 @@ static tpl_value make_macro(tpl_state *S, const tpl_node *n) {
     return (tpl_value){.type = TPL_FUNC, .fn = f};
 }
 
+static flow exec_with(tpl_state *S, const tpl_node *n) {
+    tpl_scope *outer = S->scope, *inner = tpl_scope_new(S, outer);
+    for (size_t i = 0; i < n->n_names; i++) tpl_scope_set(S, inner, n->names[i], eval(S, n->items2.v[i]));
+    S->scope = inner;
+    flow f = exec_body(S, &n->items);
+    S->scope = outer;
+    return f;
+}
+
+static flow exec_filter_block(tpl_state *S, const tpl_node *n) {
+    flow f;
+    tpl_value v = tpl_strv(render_to_string(S, &n->items, &f));
+    if (f != FLOW_NORMAL) return f; /* a break or continue leaves before the filtered text is written */
+    for (size_t i = 0; i < n->items2.n; i++) {
+        tpl_args a = eval_args(S, n->items2.v[i], 0);
+        v = tpl_filter(S, n->items2.v[i]->name, v, &a);
+    }
+    tpl_write_str(S->out, v);
+    return f;
+}
+
 static flow exec_node(tpl_state *S, const tpl_node *n) {
     switch (n->kind) {
     case NODE_TEXT: tpl_sb_put(S->out, n->value.s.p, n->value.s.len); break;
@@ -574,6 +595,8 @@ static flow exec_node(tpl_state *S, const tpl_node *n) {
     case NODE_BREAK: return FLOW_BREAK;
     case NODE_CONTINUE: return FLOW_CONTINUE;
     case NODE_BODY: return exec_body(S, &n->items);
+    case NODE_WITH: return exec_with(S, n);
+    case NODE_FILTERBLOCK: return exec_filter_block(S, n);
     default: tpl_write_str(S->out, eval(S, n)); break;
     }
     return FLOW_NORMAL;

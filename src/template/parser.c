@@ -451,6 +451,41 @@ static const char *const END_SET[] = {"endset", NULL};
 static const char *const END_MACRO[] = {"endmacro", NULL};
 static const char *const END_CALL[] = {"endcall", NULL};
 static const char *const END_GENERATION[] = {"endgeneration", NULL};
+static const char *const END_WITH[] = {"endwith", NULL};
+static const char *const END_FILTER[] = {"endfilter", NULL};
+
+/* {% with a = 1, b = x %}body{% endwith %} */
+static tpl_node *parse_with(parser *P, long pos) {
+    tpl_node *n = new_node(P, NODE_WITH, pos);
+    while (peek(P)->kind != TOK_BLOCK_END) {
+        if (n->n_names) expect_op(P, ",");
+        push_name(P, n, expect_name(P));
+        expect_op(P, "=");
+        push(P, &n->items2, parse_expression(P));
+    }
+    next(P);
+    tpl_str which;
+    n->items = parse_until(P, END_WITH, &which);
+    expect_block_end(P);
+    return n;
+}
+
+/* {% filter name(args) | name2 %}body{% endfilter %} */
+static tpl_node *parse_filter_block(parser *P, long pos) {
+    tpl_node *n = new_node(P, NODE_FILTERBLOCK, pos);
+    do {
+        if (n->items2.n) next(P);
+        tpl_node *f = new_node(P, NODE_FILTER, peek(P)->pos);
+        f->name = expect_name(P);
+        if (is_op(peek(P), "(")) parse_args(P, f);
+        push(P, &n->items2, f);
+    } while (is_op(peek(P), "|"));
+    expect_block_end(P);
+    tpl_str which;
+    n->items = parse_until(P, END_FILTER, &which);
+    expect_block_end(P);
+    return n;
+}
 
 static tpl_node *parse_if(parser *P, long pos) {
     tpl_node *n = new_node(P, NODE_IF, pos);
@@ -619,6 +654,8 @@ static tpl_node *parse_statement(parser *P) {
     if (str_is(kw, "set")) return parse_set(P, pos);
     if (str_is(kw, "macro")) return parse_macro(P, pos);
     if (str_is(kw, "call")) return parse_call_block(P, pos);
+    if (str_is(kw, "with")) return parse_with(P, pos);
+    if (str_is(kw, "filter")) return parse_filter_block(P, pos);
     if (str_is(kw, "break") || str_is(kw, "continue")) {
         if (!P->loops) tpl_fail(P->c, pos, "'%.*s' outside loop", (int)kw.len, kw.p);
         expect_block_end(P);

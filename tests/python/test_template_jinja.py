@@ -310,8 +310,12 @@ def random_statement_template(rng, depth=0):
             parts.append("{% macro mac(a, b=5) %}[" + random_statement_template(rng, depth + 1) + "{{ varargs }}]{% endmacro %}")
         elif r < 0.9:
             parts.append("{% call mac(7) %}C" + random_statement_template(rng, depth + 1) + "{% endcall %}")
-        else:
+        elif r < 0.94:
             parts.append("{% set x %}" + random_statement_template(rng, depth + 1) + "{% endset %}")
+        elif r < 0.97:
+            parts.append("{% with a = " + rng.choice(exprs) + " %}" + random_statement_template(rng, depth + 1) + "{% endwith %}")
+        else:
+            parts.append("{% filter upper|replace('S', '$') %}" + random_statement_template(rng, depth + 1) + "{% endfilter %}")
     return " ".join(parts)
 
 

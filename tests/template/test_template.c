@@ -88,6 +88,9 @@ static void test_statements(void **state) {
           "hi bob! hi al?");
     check("{% if false %}a{% elif true %}b{% else %}c{% endif %}", "b");
     check("{% generation %}kept{% endgeneration %}", "kept");
+    check("{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}", "211");
+    check("{% filter upper|replace('B', 'x') %}a{{ 'b' }}c{% endfilter %}", "AxC");
+    check("{% for i in [1, 2] %}{% filter upper %}x{% break %}{% endfilter %}{% endfor %}", "");
     /* Jinja runs a for loop's else block unless an iteration reached the end of the body */
     check("{% for i in [1, 2] %}{{ i }}{% break %}{% else %}E{% endfor %}", "1E");
     check("{% for i in [1, 2] %}{{ i }}{% continue %}{% else %}E{% endfor %}", "12E");
