@@ -1,6 +1,7 @@
 /* Whole-model speed on the GPU, as llama-bench reports it: pp (prompt tokens per second, one batch), TTFT of a
  * 128-token prompt, and tg (greedy tokens per second from an empty context through the captured decode step), with
- * tg as a share of the roofline: copy bandwidth measured in the same run / weight bytes read per token.
+ * tg as a share of the roofline: copy bandwidth measured in the same run / weight bytes read per token. Then a
+ * per-op profile (eager launches timed with events) of 16 decode steps and of one prompt batch.
  * usage: bench_cuda_decode MODEL.gguf [n_prompt=512] [n_gen=128] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,21 @@ int main(int argc, char **argv) {
     printf("pp%d %.0f tok/s | TTFT(%d) %.2f ms | tg%d %.1f tok/s = %.1f%% of roofline %.0f tok/s | %s\n", n_prompt,
            median(pp), ttft_n, median(ttft), n_gen, tgm, 100 * tgm / roof, roof,
            kiln_cuda_context_uses_graph(ctx) ? "graph" : "eager");
+    enum { PROFILED_STEPS = 16 };
+    printf("profile of a decode step (eager, mean of %d):\n", PROFILED_STEPS);
+    if (kiln_cuda_context_set_profile(ctx, true, &err) ||
+        kiln_cuda_generate_greedy(ctx, tokens[0], 0, PROFILED_STEPS, tokens, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    kiln_cuda_profile_print(ctx, PROFILED_STEPS, bw, stdout);
+    printf("profile of a %d-token prompt:\n", n_prompt);
+    for (int i = 0; i < n_prompt; i++) tokens[i] = rand() % cfg.n_vocab;
+    if (kiln_cuda_context_set_profile(ctx, true, &err) || kiln_cuda_eval(ctx, tokens, n_prompt, 0, logits, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    kiln_cuda_profile_print(ctx, 1, bw, stdout);
     free(tokens), free(logits);
     kiln_cuda_context_free(ctx);
     kiln_cuda_model_free(cm);

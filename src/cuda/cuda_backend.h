@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "model/model.h"
 #include "util/error.h"
@@ -46,6 +47,12 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, in
 
 /* Whether decode steps replay a captured CUDA graph (false after a capture failure: eager launches). */
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *ctx);
+
+/* Per-op profile of eager forward passes: while on, decode runs without the graph and every op is timed with
+ * events. kiln_cuda_profile_print writes time, weight bytes and share of copy_bw (bytes per second) per op, summed
+ * over the steps since profiling was turned on, divided by n_steps. */
+int kiln_cuda_context_set_profile(kiln_cuda_context *ctx, bool on, kiln_error *err);
+void kiln_cuda_profile_print(kiln_cuda_context *ctx, int n_steps, double copy_bw, FILE *out);
 
 /* Device-to-device copy bandwidth in bytes per second (bytes read plus written), measured on a large buffer: the
  * roofline that decode speed is compared with. */

@@ -35,6 +35,10 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, in
 
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *ctx) { return false; }
 
+int kiln_cuda_context_set_profile(kiln_cuda_context *ctx, bool on, kiln_error *err) { return no_cuda(err); }
+
+void kiln_cuda_profile_print(kiln_cuda_context *ctx, int n_steps, double copy_bw, FILE *out) {}
+
 int kiln_cuda_measure_copy_bandwidth(double *bytes_per_s, kiln_error *err) {
     *bytes_per_s = 0;
     return no_cuda(err);

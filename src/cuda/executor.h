@@ -25,4 +25,39 @@ struct kiln_cuda_model {
     size_t max_matrix_elems; /* the largest layer matrix: the F16 staging size for prefill GEMMs */
 };
 
+/* Ops as the profile groups them. */
+typedef enum kiln_cuda_op {
+    KILN_OP_EMBED,
+    KILN_OP_NORM,
+    KILN_OP_QKV,
+    KILN_OP_ROPE,
+    KILN_OP_ATTENTION,
+    KILN_OP_WO,
+    KILN_OP_GATE_UP,
+    KILN_OP_DOWN,
+    KILN_OP_HEAD,
+    KILN_OP_ARGMAX,
+    KILN_OP_COUNT
+} kiln_cuda_op;
+
+#define KILN_PROFILE_MARKS 1024
+
+/* One event per op boundary in a forward pass; op i ran between mark i and mark i + 1. */
+typedef struct kiln_cuda_profile {
+    cudaEvent_t ev[KILN_PROFILE_MARKS];
+    int op[KILN_PROFILE_MARKS];
+    uint64_t bytes[KILN_PROFILE_MARKS];
+    int n;
+    double ms[KILN_OP_COUNT];
+    double total_bytes[KILN_OP_COUNT];
+} kiln_cuda_profile;
+
+/* The context's profile while profiling is on, else NULL. */
+kiln_cuda_profile *kiln_cuda_context_profile(kiln_cuda_context *ctx);
+
+/* Marks the start of op (the end of the previous one); KILN_OP_COUNT closes the pass. No-op without a profile. */
+void kiln_cuda_profile_mark(kiln_cuda_profile *p, kiln_cuda_op op, uint64_t bytes, cudaStream_t stream);
+/* Adds the closed pass's times to the sums (after the stream has finished). */
+void kiln_cuda_profile_collect(kiln_cuda_profile *p);
+
 #endif

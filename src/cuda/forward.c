@@ -29,7 +29,12 @@ struct kiln_cuda_context {
     void *k_cache, *v_cache; /* [n_layer][n_head_kv][n_ctx][head_dim] halves */
     cudaGraphExec_t graph;
     bool graph_tried, graph_ok;
+    kiln_cuda_profile *prof; /* while profiling: every op timed, no graph */
 };
+
+static uint64_t mbytes(const kiln_cuda_matrix *m) { return (uint64_t)m->row_bytes * (uint64_t)m->n; }
+
+#define MARK(c, op, bytes) kiln_cuda_profile_mark((c)->prof, op, bytes, (c)->stream)
 
 static int cuda_error(kiln_error *err, const char *what, cudaError_t e) {
     return kiln_fail(err, "CUDA %s: %s", what, cudaGetErrorString(e));
@@ -103,8 +108,33 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     return 0;
 }
 
+kiln_cuda_profile *kiln_cuda_context_profile(kiln_cuda_context *c) { return c->prof; }
+
+static void free_profile(kiln_cuda_context *c) {
+    if (!c->prof) return;
+    for (int i = 0; i < KILN_PROFILE_MARKS; i++)
+        if (c->prof->ev[i]) cudaEventDestroy(c->prof->ev[i]);
+    free(c->prof);
+    c->prof = NULL;
+}
+
+int kiln_cuda_context_set_profile(kiln_cuda_context *c, bool on, kiln_error *err) {
+    free_profile(c);
+    if (!on) return 0;
+    if (!(c->prof = calloc(1, sizeof *c->prof))) return kiln_fail(err, "out of memory");
+    for (int i = 0; i < KILN_PROFILE_MARKS; i++) {
+        cudaError_t e = cudaEventCreate(&c->prof->ev[i]);
+        if (e != cudaSuccess) {
+            free_profile(c);
+            return cuda_error(err, "creating profile events", e);
+        }
+    }
+    return 0;
+}
+
 void kiln_cuda_context_free(kiln_cuda_context *c) {
     if (!c) return;
+    free_profile(c);
     if (c->graph) cudaGraphExecDestroy(c->graph);
     if (c->blas) cublasDestroy(c->blas);
     void *bufs[] = {c->d_tokens, c->d_pos, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits,
@@ -170,17 +200,22 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     const kiln_cuda_layer *L = &c->cm->layers[l];
     /* the norm quantizes h for the Q/K/V GEMVs when one token runs and the weights are quantized */
     void *hq = quantized_input(c, &L->wq, T);
+    MARK(c, KILN_OP_NORM, 0);
     kiln_cuda_rmsnorm(c->x, NULL, L->attn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
+    MARK(c, KILN_OP_QKV, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
     if (qkv(c, L, hq, T)) return -1;
     size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
     void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
     kiln_cuda_rope_args ra = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, c->n_ctx,
                               cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim), c->cm->rope_freq};
+    MARK(c, KILN_OP_ROPE, 0);
     kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
     int splits = T >= DECODE_SPLITS ? 1 : DECODE_SPLITS / T;
     kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits};
     void *attn_q = quantized_input(c, &L->wo, T);
+    MARK(c, KILN_OP_ATTENTION, 0);
     if (kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, attn_q, c->stream)) return -1;
+    MARK(c, KILN_OP_WO, mbytes(&L->wo));
     return matmul(c, &L->wo, c->attn, attn_q, T, c->x, true);
 }
 
@@ -188,7 +223,9 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     const kiln_config *cfg = &c->cm->cfg;
     const kiln_cuda_layer *L = &c->cm->layers[l];
     void *hq = quantized_input(c, &L->gate, T);
+    MARK(c, KILN_OP_NORM, 0);
     kiln_cuda_rmsnorm(c->x, NULL, L->ffn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
+    MARK(c, KILN_OP_GATE_UP, mbytes(&L->gate) + mbytes(&L->up));
     bool fused = T == 1 && L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes;
     if (fused) {
         if (kiln_cuda_gemv_swiglu(&L->gate, &L->up, hq, c->h, c->ff, c->stream)) return -1;
@@ -197,6 +234,7 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
             return -1;
         kiln_cuda_swiglu(c->ff, c->ff2, c->ff, (int64_t)T * cfg->n_ff, c->stream);
     }
+    MARK(c, KILN_OP_DOWN, mbytes(&L->down));
     return matmul(c, &L->down, c->ff, NULL, T, c->x, true);
 }
 
@@ -205,24 +243,31 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
 static int forward(kiln_cuda_context *c, int T, bool greedy) {
     kiln_cuda_model *cm = c->cm;
     const kiln_config *cfg = &cm->cfg;
+    MARK(c, KILN_OP_EMBED, (uint64_t)T * cm->token_embd.row_bytes);
     if (kiln_cuda_get_rows(&cm->token_embd, c->d_tokens, T, c->x, c->stream)) return -1;
     for (int l = 0; l < cfg->n_layer; l++)
         if (attention_block(c, l, T) || ffn_block(c, l, T)) return -1;
     float *last = c->x + (size_t)(T - 1) * cfg->n_embd;
     void *hq = kiln_cuda_type_uses_q8_1(cm->output.type) ? c->act_q : NULL;
+    MARK(c, KILN_OP_NORM, 0);
     kiln_cuda_rmsnorm(last, NULL, cm->output_norm, c->h, hq, cfg->n_embd, 1, cfg->rms_eps, c->stream);
+    MARK(c, KILN_OP_HEAD, mbytes(&cm->output));
     if (kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;
+    MARK(c, KILN_OP_ARGMAX, 0);
     if (greedy) {
         kiln_cuda_argmax(c->logits, cfg->n_vocab, c->d_tokens, c->stream);
         kiln_cuda_advance_pos(c->d_pos, 1, c->stream);
     }
+    MARK(c, KILN_OP_COUNT, 0);
     return 0;
 }
 
 static int check_launches(kiln_cuda_context *c, kiln_error *err) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
-    return e == cudaSuccess ? 0 : cuda_error(err, "forward pass", e);
+    if (e != cudaSuccess) return cuda_error(err, "forward pass", e);
+    kiln_cuda_profile_collect(c->prof);
+    return 0;
 }
 
 static int set_inputs(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, kiln_error *err) {
@@ -272,6 +317,12 @@ static void capture_decode_graph(kiln_cuda_context *c) {
 }
 
 static int decode_step(kiln_cuda_context *c) {
+    if (c->prof) { /* timed op by op: one step at a time, without the graph */
+        int rc = forward(c, 1, true);
+        cudaStreamSynchronize(c->stream);
+        kiln_cuda_profile_collect(c->prof);
+        return rc;
+    }
     if (c->graph_ok) return cudaGraphLaunch(c->graph, c->stream) == cudaSuccess ? 0 : -1;
     return forward(c, 1, true);
 }
@@ -281,7 +332,7 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
     if (pos < 0 || pos + n_gen > c->n_ctx)
         return kiln_fail(err, "generating %d tokens from position %d overflows the context of %d", n_gen, pos, c->n_ctx);
     if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
-    if (!c->graph_tried) capture_decode_graph(c);
+    if (!c->graph_tried && !c->prof) capture_decode_graph(c);
     if (set_inputs(c, &token, 1, pos, err)) return -1;
     /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
     for (int i = 0; i <= n_gen; i++) {
