@@ -3,14 +3,21 @@
 
 #include <stdatomic.h>
 
+#include "cpu/gemm.h"
 #include "quant/quant.h"
 
 /* Output rows per tile: their weight rows (a few KiB) stay in L1 while every input row passes over them. */
 #define TILE_ROWS 16
 
+/* The scratch holds the quantized rows, then (64-byte aligned) their F32 block scales for the multi-token kernels:
+ * two floats per 32 elements. */
+static size_t scales_offset(size_t qin_bytes) { return (qin_bytes + 63) & ~(size_t)63; }
+static size_t scales_stride(int64_t n_in) { return (size_t)(n_in / 32) * 2; }
+
 size_t kiln_matmul_scratch_size(const kiln_weight *w, int n_tok) {
     const kiln_quant_ops *ops = kiln_quant_ops_best(w->type);
-    return kiln_row_size(ops->vec_dot_type, w->ne[0]) * (size_t)n_tok;
+    size_t qin = kiln_row_size(ops->vec_dot_type, w->ne[0]) * (size_t)n_tok;
+    return scales_offset(qin) + sizeof(float) * scales_stride(w->ne[0]) * (size_t)n_tok;
 }
 
 typedef struct matmul_job {
@@ -23,8 +30,12 @@ typedef struct matmul_job {
     int n_tok;
     kiln_quantize_fn quantize;
     kiln_vec_dot_fn dot[KILN_MATMUL_MAX_WEIGHTS];
+    kiln_gemm_fn gemm[KILN_MATMUL_MAX_WEIGHTS]; /* multi-token kernel, or NULL */
     char *qin;
     size_t qin_row;
+    kiln_type qin_type;
+    float *scales; /* block scales of the quantized rows, when a multi-token kernel runs */
+    size_t s_stride;
     atomic_int next_tile;
     atomic_int next_row; /* input rows to quantize */
 } matmul_job;
@@ -35,8 +46,11 @@ static void quantize_job(void *arg, int ith, int nth) {
     (void)nth;
     int64_t n_in = j->ws[0]->ne[0];
     int t;
-    while ((t = atomic_fetch_add_explicit(&j->next_row, 1, memory_order_relaxed)) < j->n_tok)
-        j->quantize(j->in + (size_t)t * n_in, j->qin + (size_t)t * j->qin_row, n_in);
+    while ((t = atomic_fetch_add_explicit(&j->next_row, 1, memory_order_relaxed)) < j->n_tok) {
+        char *q = j->qin + (size_t)t * j->qin_row;
+        j->quantize(j->in + (size_t)t * n_in, q, n_in);
+        if (j->scales) kiln_gemm_scales(q, n_in, j->qin_type, j->scales + (size_t)t * j->s_stride);
+    }
 }
 
 static void run_tile(const matmul_job *j, int tile) {
@@ -47,7 +61,17 @@ static void run_tile(const matmul_job *j, int tile) {
     int64_t r1 = r0 + TILE_ROWS < n_out ? r0 + TILE_ROWS : n_out;
     const char *rows = (const char *)w->data;
     float *out = j->outs[wi];
-    for (int t = 0; t < j->n_tok; t++) {
+    int t = 0;
+    if (j->gemm[wi]) {
+        float o[KILN_GEMM_TOKENS];
+        for (; t + KILN_GEMM_TOKENS <= j->n_tok; t += KILN_GEMM_TOKENS)
+            for (int64_t r = r0; r < r1; r++) {
+                j->gemm[wi](w->ne[0], rows + (size_t)r * w->row_bytes, j->qin + (size_t)t * j->qin_row, j->qin_row,
+                            j->scales + (size_t)t * j->s_stride, j->s_stride, o);
+                for (int k = 0; k < KILN_GEMM_TOKENS; k++) out[(size_t)(t + k) * (size_t)n_out + r] = o[k];
+            }
+    }
+    for (; t < j->n_tok; t++) {
         const char *x = j->qin + (size_t)t * j->qin_row;
         float *o = out + (size_t)t * (size_t)n_out;
         for (int64_t r = r0; r < r1; r++) o[r] = j->dot[wi](w->ne[0], rows + (size_t)r * w->row_bytes, x);
@@ -68,9 +92,13 @@ void kiln_matmul(kiln_pool *pool, const kiln_weight *const *ws, float *const *ou
     const kiln_quant_ops *ops = kiln_quant_ops_best(ws[0]->type);
     const kiln_quant_ops *qops = kiln_quant_ops_best(ops->vec_dot_type);
     matmul_job j = {.ws = ws, .outs = outs, .n_w = n_w, .in = in, .n_tok = n_tok, .quantize = qops->quantize,
-                    .qin = scratch, .qin_row = kiln_row_size(ops->vec_dot_type, ws[0]->ne[0])};
+                    .qin = scratch, .qin_row = kiln_row_size(ops->vec_dot_type, ws[0]->ne[0]),
+                    .qin_type = ops->vec_dot_type, .s_stride = scales_stride(ws[0]->ne[0])};
     for (int i = 0; i < n_w; i++) {
         j.dot[i] = kiln_quant_ops_best(ws[i]->type)->vec_dot;
+        j.gemm[i] = kiln_gemm_get(ws[i]->type, kiln_cpu_isa());
+        if (j.gemm[i] && (kiln_cpu_isa() == KILN_ISA_SCALAR || n_tok < KILN_GEMM_TOKENS)) j.gemm[i] = NULL;
+        if (j.gemm[i]) j.scales = (float *)((char *)scratch + scales_offset(j.qin_row * (size_t)n_tok));
         j.n_tiles[i] = (int)((ws[i]->ne[1] + TILE_ROWS - 1) / TILE_ROWS);
         j.total_tiles += j.n_tiles[i];
     }

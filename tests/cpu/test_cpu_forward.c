@@ -99,7 +99,12 @@ static void run_fast(fixture *f, kiln_type kv, int threads, int n_batch, bool on
         assert_true(rel < FAST_MAX_REL_ERR);
         assert_true(same);
     }
-    /* only-last logits equal the last row of all logits */
+    /* only-last logits equal the last row of all logits (the same batched path computed both) */
+    if (one_by_one) {
+        free(logits);
+        kiln_cpu_free(s);
+        return;
+    }
     float *last = malloc(sizeof(float) * (size_t)V);
     assert_int_equal(kiln_cpu_forward(s, TOKENS, N_TOK, 0, last, false, &err), 0);
     int same;
