@@ -116,7 +116,7 @@ tpl_value tpl_getitem(tpl_state *S, long pos, tpl_value obj, tpl_value key) {
             return tpl_strv((tpl_str){obj.s.p + a, b - a});
         }
     }
-    if (key.type == TPL_STR && obj.type != TPL_DICT) {
+    if (key.type == TPL_STR) {
         tpl_value m = tpl_method(S, obj, key.s);
         if (m.type != TPL_UNDEF) return m;
     }
