@@ -1,5 +1,6 @@
 /* kiln template: render a model's chat template with a conversation and print the exact prompt, for debugging
  * prompts. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,7 @@ static int load_template(const template_args *a, kiln_gguf **g, kiln_template **
         return kiln_template_from_gguf(*g, a->name, t, NULL, err);
     }
     char *src = read_text_file(a->template_file);
-    if (!src) return kiln_fail(err, "cannot read %s", a->template_file);
+    if (!src) return kiln_fail(err, "cannot read %s: %s", a->template_file, strerror(errno));
     int rc = kiln_template_parse(src, t, err);
     free(src);
     return rc ? kiln_fail_prefix(err, "%s", a->template_file) : 0;
