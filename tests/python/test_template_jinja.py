@@ -127,6 +127,15 @@ CONVERSATIONS = {
     "content_parts": {
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe this."}]}],
     },
+    "images": {
+        "messages": [
+            sysmsg("You see images."),
+            {"role": "user", "content": [{"type": "image", "image": "a.png"}, {"type": "text", "text": "What is it?"}]},
+            assistant("A cat."),
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "b.png"}}, {"type": "text", "text": "And?"}]},
+        ],
+        "add_vision_id": True,
+    },
 }
 
 
