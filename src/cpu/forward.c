@@ -125,6 +125,9 @@ static void step_qkv_post(token_job *j, int t) {
 
 /* ---- attention: one (token, head) pair per item, taken in turn by the threads ---- */
 
+/* (token, head, position) triples below which attention runs on the calling thread alone */
+#define ATTN_INLINE_WORK 2048
+
 typedef struct attn_job {
     kiln_cpu_state *s;
     int n, layer, pos;
@@ -197,7 +200,9 @@ static void layer(kiln_cpu_state *s, int l, int n, int pos) {
 
     attn_job aj = {.s = s, .n = n, .layer = l, .pos = pos};
     atomic_init(&aj.next, 0);
-    kiln_pool_run(s->pool, attn_job_run, &aj);
+    /* a short decode step's attention is less work than waking the workers for it */
+    if ((int64_t)n * s->cfg->n_head * (pos + n) < ATTN_INLINE_WORK) attn_job_run(&aj, 0, 1);
+    else kiln_pool_run(s->pool, attn_job_run, &aj);
 
     const kiln_weight *wo[1] = {&w[KILN_ROLE_WO]};
     float *wo_out[1] = {s->xb};

@@ -14,15 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#else
-#define cpu_relax() ((void)0)
-#endif
+#define cpu_relax() __asm__ volatile("" ::: "memory")
 
-/* About 10-50 microseconds of polling before a worker sleeps or the caller yields. */
-#define SPIN_ROUNDS 20000
+/* About 0.1-0.3 ms of polling before a worker sleeps or the caller yields. Plain loads, not PAUSE: under a
+ * hypervisor PAUSE loops can trap to the host. */
+#define SPIN_ROUNDS 200000
 
 typedef struct worker {
     kiln_pool *pool;
