@@ -18,7 +18,8 @@ typedef struct kiln_template kiln_template;
 /* Parses template source. Syntax errors name the line and column: "template line 3, column 7: ...". */
 int kiln_template_parse(const char *source, kiln_template **out, kiln_error *err);
 void kiln_template_free(kiln_template *t);
-/* The source the template was parsed from. */
+/* The source the template was parsed from, as Jinja reads it: "\r\n" and "\r" made "\n", one trailing newline
+ * dropped. */
 const char *kiln_template_source(const kiln_template *t);
 
 /* One message in the OpenAI shape with plain-text content. Messages with content parts, tool_calls or other fields
@@ -33,13 +34,15 @@ typedef struct kiln_chat_opts {
     const char *bos_token; /* NULL: the variable is left undefined, as HF does when the tokenizer has none */
     const char *eos_token;
     const json_t *extra; /* optional JSON object: more variables (tools, documents, date_string, ...); tools and
-                            documents are None unless given here, as in transformers */
+                            documents are None unless given here, as in transformers; the fields above win over
+                            keys of the same name */
     int64_t now;         /* seconds since the epoch that strftime_now formats (local time); 0: the current time */
 } kiln_chat_opts;
 
 /* Renders the template with messages and the variables in opts; *out is a malloc'd NUL-terminated string the
  * caller frees. Errors (a raise_exception message, a type error, an undefined attribute chain) name the template
- * line and column. */
+ * line and column. A render is bounded (256 MiB of memory, 10 million loop iterations), so a hostile template
+ * fails instead of exhausting the process. */
 int kiln_template_render(const kiln_template *t, const kiln_chat_message *messages, size_t n_messages,
                          const kiln_chat_opts *opts, char **out, kiln_error *err);
 /* The same with messages given as a JSON array of message objects (any fields, content may be a list of parts). */
