@@ -144,8 +144,7 @@ static tpl_value f_map(tpl_state *S, tpl_value v, const tpl_args *a) {
             if (x.type == TPL_UNDEF && def.type != TPL_NONE) x = def;
         } else {
             if (!a->n) tpl_fail(S->c, a->pos, "map requires a filter argument");
-            tpl_args rest = shift_args(a, 1);
-            rest.n_kw = 0;
+            tpl_args rest = shift_args(a, 1); /* the filter gets the other arguments, keywords included */
             x = tpl_filter(S, str_of(S, a->v[0]), l->v[i], &rest);
         }
         tpl_list_push(S->c, out.l, x);

@@ -108,6 +108,7 @@ static void test_filters_and_methods(void **state) {
     check("{{ 'a\\nb\\n\\nc'|indent(2) }}", "a\n  b\n\n  c");
     check("{{ [{'r': 'u'}, {'r': 'a'}, {'r': 'u'}]|selectattr('r', 'equalto', 'u')|list|length }}", "2");
     check("{{ [{'r': 'u'}, {'r': 'a'}]|map(attribute='r')|join }}", "ua");
+    check("{{ [{'a': 1}]|map('tojson', indent=1)|join }}", "{\n \"a\": 1\n}");
     check("{{ ['a', 'code', 'b']|reject('equalto', 'code')|join(',') }}", "a,b");
     check("{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'x.y.z'.split('.', 1) }}", "['a', 'b', '', 'c'] ['a', 'b'] ['x', 'y.z']");
     check("{{ 'abc'.startswith('ab') }} {{ 'abc'.endswith(('x', 'c')) }} {{ 'xxaxx'.strip('x') }}", "True True a");
