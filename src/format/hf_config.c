@@ -190,23 +190,23 @@ int kiln_hf_config_parse(const char *json, size_t len, const char *what, kiln_hf
     return rc;
 }
 
+/* Single precision throughout, in the converter's order of operations (it computes with float32 tensors), so the
+ * factors come out bit for bit as in a converted GGUF. */
 void kiln_hf_llama3_rope_freqs(const kiln_hf_config *c, float *out) {
-    const double pi = 3.14159265358979323846;
-    double low_wavelen = c->orig_ctx / c->low_freq_factor;
-    double high_wavelen = c->orig_ctx / c->high_freq_factor;
+    const float two_pi = 6.28318530717958647692f;
+    const float low = (float)c->low_freq_factor, high = (float)c->high_freq_factor, factor = (float)c->rope_factor;
+    const float orig = (float)c->orig_ctx;
+    const double low_wavelen = c->orig_ctx / c->low_freq_factor, high_wavelen = c->orig_ctx / c->high_freq_factor;
     for (int64_t i = 0; i < c->head_dim / 2; i++) {
-        /* the converter computes the frequencies in float32 */
-        float freq = (float)(1.0 / pow(c->rope_base, (double)(2 * i) / (double)c->head_dim));
-        double wavelen = 2 * pi / freq;
-        double f;
+        float freq = 1.0f / powf((float)c->rope_base, (float)(2 * i) / (float)c->head_dim);
+        float wavelen = two_pi / freq;
         if (wavelen < high_wavelen) {
-            f = 1.0;
+            out[i] = 1.0f;
         } else if (wavelen > low_wavelen) {
-            f = c->rope_factor;
+            out[i] = factor;
         } else {
-            double smooth = (c->orig_ctx / wavelen - c->low_freq_factor) / (c->high_freq_factor - c->low_freq_factor);
-            f = 1.0 / ((1 - smooth) / c->rope_factor + smooth);
+            float smooth = (orig / wavelen - low) / (high - low);
+            out[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
         }
-        out[i] = (float)f;
     }
 }
