@@ -12,7 +12,8 @@ static void usage(FILE *out) {
             "usage: kiln quantize IN OUT TYPE [--threads N] [--quiet]\n\n"
             "IN is a GGUF file or a Hugging Face safetensors folder; OUT is the GGUF to write.\n"
             "TYPE: %s\n"
-            "(q4_k_m and q5_k_m mix in Q6_K for some attn_v/ffn_down layers, as llama.cpp does; see docs/quantize.md)\n",
+            "(q4_k_m and q5_k_m mix in Q6_K for some attn_v/ffn_down layers, as llama.cpp does;\n"
+            " docs/quantize.md lists which tensor gets which type)\n",
             kiln_quant_preset_names());
 }
 

@@ -13,6 +13,7 @@
  *  - bos/eos/unk/padding ids from tokenizer_config.json's token strings, else config.json's ids; add_bos_token and
  *    add_eos_token from tokenizer_config.json, else from the post_processor template; chat_template from
  *    chat_template.jinja, else tokenizer_config.json (a named list picks "default"). */
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,8 +91,8 @@ static bool looks_special(const char *s, size_t len) {
 }
 
 static bool is_byte_token(const char *s, size_t len) {
-    return len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && strchr("0123456789abcdefABCDEF", s[3]) &&
-           strchr("0123456789abcdefABCDEF", s[4]) && s[3] && s[4];
+    return len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && isxdigit((unsigned char)s[3]) &&
+           isxdigit((unsigned char)s[4]);
 }
 
 static int fill_tokens(tok_ctx *c, kiln_error *err) {
@@ -213,7 +214,9 @@ static void scan_pre_tokenizer(json_t *pt, bool *bytelevel, bool *digits, const 
     if (!strcmp(type, "Sequence")) {
         size_t i;
         json_t *sub;
-        json_array_foreach(json_object_get(pt, "pretokenizers"), i, sub) scan_pre_tokenizer(sub, bytelevel, digits, pre);
+        json_array_foreach(json_object_get(pt, "pretokenizers"), i, sub) {
+            scan_pre_tokenizer(sub, bytelevel, digits, pre);
+        }
     } else if (!strcmp(type, "ByteLevel")) {
         *bytelevel = true;
     } else if (!strcmp(type, "Digits")) {
@@ -315,7 +318,8 @@ static bool prepends_space(tok_ctx *c) {
     const char *type = json_string_value(json_object_get(pt, "type"));
     if (type && !strcmp(type, "Metaspace")) {
         const char *scheme = json_string_value(json_object_get(pt, "prepend_scheme"));
-        found = found || (scheme ? strcmp(scheme, "never") != 0 : json_is_true(json_object_get(pt, "add_prefix_space")));
+        bool prefix = scheme ? strcmp(scheme, "never") != 0 : json_is_true(json_object_get(pt, "add_prefix_space"));
+        found = found || prefix;
     }
     return found;
 }

@@ -3,9 +3,9 @@
  *  - the output tensor (token_embd when there is no output.weight) is Q6_K for every quantized preset except q8_0,
  *    or Q8_0 when its row length is not a multiple of the base type's block size;
  *  - q4_k_m / q5_k_m: attn_v.weight and ffn_down.weight of the layers use_more_bits() picks are Q6_K;
- *  - a row length that is not a multiple of the chosen type's block size falls back: Q2_K/Q3_K → Q4_0 (llama.cpp
- *    uses IQ4_NL, which kiln does not write), Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, anything still not fitting →
- *    F16. */
+ *  - a row length that is not a multiple of the chosen type's block size falls back: Q2_K/Q3_K → Q4_0
+ *    (llama.cpp uses IQ4_NL, which kiln does not write), Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, and anything
+ *    still not fitting → F16. */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>

@@ -10,6 +10,7 @@
 
 #include "format/hf.h"
 #include "format/meta_builder.h"
+#include "util/half.h"
 
 #define MAX_JSON_FILE (256u * 1024 * 1024)
 
@@ -211,9 +212,10 @@ static int permute_rows(kiln_meta *m, kiln_gguf_tensor *t, int64_t n_head, kiln_
     const uint8_t *src = t->data;
     for (int64_t h = 0; h < n_head; h++)
         for (int64_t j = 0; j < half; j++)
-            for (int64_t s = 0; s < 2; s++)
-                memcpy(dst + (size_t)(h * hd + 2 * j + s) * row_bytes, src + (size_t)(h * hd + s * half + j) * row_bytes,
-                       row_bytes);
+            for (int64_t s = 0; s < 2; s++) {
+                size_t to = (size_t)(h * hd + 2 * j + s), from = (size_t)(h * hd + s * half + j);
+                memcpy(dst + to * row_bytes, src + from * row_bytes, row_bytes);
+            }
     t->data = dst;
     return 0;
 }
@@ -221,10 +223,35 @@ static int permute_rows(kiln_meta *m, kiln_gguf_tensor *t, int64_t n_head, kiln_
 static int permute_qk(st_ctx *c, kiln_error *err) {
     for (uint64_t i = 0; i < c->m.g->n_tensors; i++) {
         kiln_gguf_tensor *t = &c->m.g->tensors[i];
+        if (strncmp(t->name.ptr, "blk.", 4)) continue;
         const char *dot = strchr(t->name.ptr + 4, '.'); /* after "blk.N" */
-        if (strncmp(t->name.ptr, "blk.", 4) || !dot) continue;
-        int64_t heads = !strncmp(dot, ".attn_q.", 8) ? c->cfg.n_head : !strncmp(dot, ".attn_k.", 8) ? c->cfg.n_head_kv : 0;
+        if (!dot) continue;
+        int64_t heads = !strncmp(dot, ".attn_q.", 8)   ? c->cfg.n_head
+                        : !strncmp(dot, ".attn_k.", 8) ? c->cfg.n_head_kv
+                                                       : 0;
         if (heads && permute_rows(&c->m, t, heads, err)) return -1;
+    }
+    return 0;
+}
+
+/* Norm weights and biases come as F16/BF16 in half-precision checkpoints; a GGUF always holds them as F32, and so
+ * does the container (a small owned copy), so no consumer meets a half-precision vector. */
+static int widen_vectors(st_ctx *c, kiln_error *err) {
+    for (uint64_t i = 0; i < c->m.g->n_tensors; i++) {
+        kiln_gguf_tensor *t = &c->m.g->tensors[i];
+        if (t->n_dims != 1 || t->type == KILN_TYPE_F32) continue;
+        int64_t n = t->ne[0];
+        float *f = kiln_gguf_alloc(c->m.g, (size_t)n * sizeof *f);
+        if (!f) return kiln_fail(err, "tensor %s: out of memory", t->name.ptr);
+        const uint16_t *h = t->data;
+        for (int64_t j = 0; j < n; j++) {
+            uint16_t v;
+            memcpy(&v, h + j, sizeof v); /* mapped data need not be 2-byte aligned */
+            f[j] = t->type == KILN_TYPE_F16 ? kiln_half_to_float(v) : kiln_bf16_to_float(v);
+        }
+        t->type = KILN_TYPE_F32;
+        t->size = (uint64_t)n * sizeof *f;
+        t->data = f;
     }
     return 0;
 }
@@ -266,6 +293,7 @@ static int write_general(st_ctx *c, kiln_error *err) {
 static int build(st_ctx *c, kiln_error *err) {
     if (load_config(c, err) || load_tokenizer(c, err) || load_tensors(c, err)) return -1;
     if (c->cfg.permute_qk && permute_qk(c, err)) return -1;
+    if (widen_vectors(c, err)) return -1;
     if (c->cfg.llama3_rope && add_rope_freqs(c, err)) return -1;
     return write_general(c, err);
 }

@@ -3,8 +3,9 @@
  *
  * What the translation gives:
  *  - Tensors under their GGUF names (blk.N.attn_q.weight, token_embd.weight, ...), shapes in GGUF order (ne[0] is
- *    the last safetensors dimension, the row length), types F32/F16/BF16 as stored. Data points into the read-only
- *    mappings, except for the tensors below, which are owned copies.
+ *    the last safetensors dimension, the row length), matrices F32/F16/BF16 as stored, 1-D tensors (norms, biases)
+ *    always F32 as in a GGUF. Data points into the read-only mappings, except for the widened 1-D tensors and the
+ *    tensors below, which are owned copies.
  *  - Rope layout: for the llama architecture (HF llama and mistral) the rows of q_proj and k_proj (and their biases)
  *    are permuted at load exactly as llama.cpp's converter does, turning HF's "rotate halves" layout into GGUF
  *    llama's interleaved pairs. A llama container from safetensors is therefore indistinguishable from a converted

@@ -61,7 +61,8 @@ static void add(tensor_list *l, const char *name, int64_t ne0, int64_t ne1, fill
 static void add_layer(tensor_list *l, const kiln_synth_shape *s, int64_t i) {
     int64_t hd = s->n_embd / s->n_head, kv = hd * s->n_head_kv;
     char name[64];
-#define LAYER(suffix, ne0, ne1, f) (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)i), add(l, name, ne0, ne1, f))
+#define LAYER(suffix, ne0, ne1, f) \
+    (snprintf(name, sizeof name, "blk.%lld." suffix, (long long)i), add(l, name, ne0, ne1, f))
     LAYER("attn_norm.weight", s->n_embd, 0, FILL_ONES);
     LAYER("attn_q.weight", s->n_embd, s->n_embd, FILL_NORMAL);
     LAYER("attn_k.weight", s->n_embd, kv, FILL_NORMAL);
@@ -98,7 +99,9 @@ static uint64_t splitmix64(uint64_t *state) {
 }
 
 /* uniform in (0, 1]: never 0, so the logarithm below stays finite */
-static double uniform(uint64_t *state) { return ((double)(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0); }
+static double uniform(uint64_t *state) {
+    return ((double)(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0); /* 2^-53 */
+}
 
 typedef struct gen_ctx {
     uint64_t seed;

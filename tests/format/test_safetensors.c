@@ -34,7 +34,8 @@ static void expect_error(const char *header, size_t data_len, const char *needle
     size_t n = 99;
     kiln_error err = {{0}};
     int rc = kiln_safetensors_parse(f, size, "t.safetensors", &e, &n, &err);
-    if (rc != -1 || !strstr(err.msg, needle)) fail_msg("header %s: rc %d, message '%s', wanted '%s'", header, rc, err.msg, needle);
+    if (rc != -1 || !strstr(err.msg, needle))
+        fail_msg("header %s: rc %d, message '%s', wanted '%s'", header, rc, err.msg, needle);
     assert_null(e);
     assert_int_equal(n, 0);
     free(f);
@@ -200,7 +201,8 @@ static const char *CONFIG =
 
 /* byte_fallback BPE: SentencePiece-like, scored from the merges */
 static const char *TOKENIZER =
-    "{\"added_tokens\":[{\"id\":1,\"content\":\"<s>\",\"special\":true},{\"id\":2,\"content\":\"</s>\",\"special\":true}],"
+    "{\"added_tokens\":[{\"id\":1,\"content\":\"<s>\",\"special\":true},"
+    "{\"id\":2,\"content\":\"</s>\",\"special\":true}],"
     "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"}]},"
     "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}},"
     "{\"Sequence\":{\"id\":\"A\"}}]},"
@@ -456,7 +458,8 @@ static void test_gpt2_tokenizer(void **state) {
     const char *tok =
         "{\"added_tokens\":[{\"id\":3,\"content\":\"<|im_start|>\",\"special\":false}],"
         "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
-        "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}\"}},{\"type\":\"ByteLevel\"}]},"
+        "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}\"}},"
+        "{\"type\":\"ByteLevel\"}]},"
         "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[[\"a\",\"b\"]]}}";
     kiln_hf_config cfg;
     memset(&cfg, 0, sizeof cfg);

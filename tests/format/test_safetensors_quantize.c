@@ -47,7 +47,8 @@ static void test_policy(void **state) {
         snprintf(name, sizeof name, "blk.%d.attn_q.weight", i);
         assert_int_equal(type_of("q4_k_m", name, 4096, 4096, 32, true), KILN_TYPE_Q4_K);
     }
-    const int want[32] = {1, 1, 1, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1};
+    const int want[32] = {1, 1, 1, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1,
+                          0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1};
     assert_memory_equal(six, want, sizeof want);
     assert_int_equal(type_of("q6_k", "blk.5.attn_v.weight", 4096, 1024, 32, true), KILN_TYPE_Q6_K);
     /* fallbacks for rows that are not a multiple of 256 (576: SmolLM2) or of 32 */

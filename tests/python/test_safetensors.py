@@ -132,7 +132,8 @@ def test_qwen2_bf16_shards(kiln_bin, tmp_path):
     assert info["tokenizer"]["model"] == "gpt2" and info["tokenizer"]["pre"] == "qwen2"
     assert info["tokenizer"]["vocab_size"] == 12 and info["tokenizer"]["eos_id"] == 7
     types = {t["name"]: t["type"] for t in info["tensors"]}
-    assert types["blk.1.attn_k.bias"] == "bf16" and "output.weight" not in types
+    assert types["blk.1.attn_k.weight"] == "bf16" and "output.weight" not in types
+    assert types["blk.1.attn_k.bias"] == "f32"  # vectors are widened, as in a GGUF
 
     out = str(tmp_path / "q.gguf")
     r = run(kiln_bin, "quantize", str(d), out, "f32", "--quiet")
