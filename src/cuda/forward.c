@@ -19,7 +19,9 @@ struct kiln_cuda_context {
     int n_ctx, n_batch;
     cudaStream_t stream;
     cublasHandle_t blas;
+    int32_t *d_io;     /* the position, then the tokens of a batch: one copy sets both */
     int32_t *d_tokens, *d_pos;
+    int32_t *h_io;     /* pinned staging of d_io */
     int32_t *h_tokens; /* pinned: two slots, so one step's id is read while the next step runs */
     cudaEvent_t token_ready[2];
     float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
@@ -27,8 +29,8 @@ struct kiln_cuda_context {
     void *act_f16;     /* F16 of the current GEMM input (a batch) */
     void *w_f16;       /* F16 staging of one weight matrix (a batch) */
     void *k_cache, *v_cache; /* [n_layer][n_head_kv][n_ctx][head_dim] halves */
-    cudaGraphExec_t graph;
-    bool graph_tried, graph_ok;
+    cudaGraphExec_t graph[2]; /* the decode step: [0] leaves logits, [1] greedy (argmax fed back, position advanced) */
+    bool graph_tried[2], graph_ok[2];
     kiln_cuda_profile *prof; /* while profiling: every op timed, no graph */
 };
 
@@ -50,8 +52,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     size_t splits_x_tokens = T > DECODE_SPLITS ? T : DECODE_SPLITS;
     size_t cache = (size_t)cfg->n_layer * kvd * (size_t)c->n_ctx * 2;
     struct { void **p; size_t bytes; } bufs[] = {
-        {(void **)&c->d_tokens, sizeof(int32_t) * T},
-        {(void **)&c->d_pos, sizeof(int32_t)},
+        {(void **)&c->d_io, sizeof(int32_t) * (T + 1)},
         {(void **)&c->x, sizeof(float) * T * cfg->n_embd},
         {(void **)&c->h, sizeof(float) * T * cfg->n_embd},
         {(void **)&c->q, sizeof(float) * T * qd},
@@ -73,7 +74,9 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
         cudaError_t e = cudaMalloc(bufs[i].p, bufs[i].bytes);
         if (e != cudaSuccess) return e;
     }
-    return cudaSuccess;
+    c->d_pos = c->d_io;
+    c->d_tokens = c->d_io + 1;
+    return cudaHostAlloc((void **)&c->h_io, sizeof(int32_t) * (T + 1), cudaHostAllocDefault);
 }
 
 int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda_context **out, kiln_error *err) {
@@ -135,19 +138,21 @@ int kiln_cuda_context_set_profile(kiln_cuda_context *c, bool on, kiln_error *err
 void kiln_cuda_context_free(kiln_cuda_context *c) {
     if (!c) return;
     free_profile(c);
-    if (c->graph) cudaGraphExecDestroy(c->graph);
+    for (int i = 0; i < 2; i++)
+        if (c->graph[i]) cudaGraphExecDestroy(c->graph[i]);
     if (c->blas) cublasDestroy(c->blas);
-    void *bufs[] = {c->d_tokens, c->d_pos, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits,
+    void *bufs[] = {c->d_io, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits,
                     c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < 2; i++)
         if (c->token_ready[i]) cudaEventDestroy(c->token_ready[i]);
     if (c->h_tokens) cudaFreeHost(c->h_tokens);
+    if (c->h_io) cudaFreeHost(c->h_io);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }
 
-bool kiln_cuda_context_uses_graph(const kiln_cuda_context *c) { return c->graph_ok; }
+bool kiln_cuda_context_uses_graph(const kiln_cuda_context *c) { return c->graph_ok[0] || c->graph_ok[1]; }
 
 /* out (+)= in W^T for T tokens. One token: GEMV (in_q: in already quantized to Q8_1, or NULL to quantize here;
  * float weights read in itself);
@@ -270,11 +275,27 @@ static int check_launches(kiln_cuda_context *c, kiln_error *err) {
     return 0;
 }
 
+/* Queues the copy of pos and tokens; the pinned staging is reused only after the pass that reads it has ended. */
 static int set_inputs(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, kiln_error *err) {
-    cudaError_t e = cudaMemcpyAsync(c->d_tokens, tokens, sizeof(int32_t) * n, cudaMemcpyHostToDevice, c->stream);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(c->d_pos, &pos, sizeof pos, cudaMemcpyHostToDevice, c->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); /* the sources are pageable host memory */
+    c->h_io[0] = pos;
+    memcpy(c->h_io + 1, tokens, sizeof(int32_t) * n);
+    cudaError_t e = cudaMemcpyAsync(c->d_io, c->h_io, sizeof(int32_t) * (n + 1), cudaMemcpyHostToDevice, c->stream);
     return e == cudaSuccess ? 0 : cuda_error(err, "copying inputs", e);
+}
+
+static void capture_decode_graph(kiln_cuda_context *c, int greedy);
+
+/* One decode step: the captured graph when there is one, else eager launches (timed ones while profiling). */
+static int decode_step(kiln_cuda_context *c, int greedy) {
+    if (!c->graph_tried[greedy] && !c->prof) capture_decode_graph(c, greedy);
+    if (c->prof) {
+        int rc = forward(c, 1, greedy);
+        cudaStreamSynchronize(c->stream);
+        kiln_cuda_profile_collect(c->prof);
+        return rc;
+    }
+    if (c->graph_ok[greedy]) return cudaGraphLaunch(c->graph[greedy], c->stream) == cudaSuccess ? 0 : -1;
+    return forward(c, 1, greedy);
 }
 
 int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err) {
@@ -286,7 +307,8 @@ int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, 
     for (int done = 0; done < n;) {
         int T = n - done < c->n_batch ? n - done : c->n_batch;
         if (set_inputs(c, tokens + done, T, pos + done, err)) return -1;
-        if (forward(c, T, false)) return kiln_fail(err, "CUDA forward pass: a kernel rejected its arguments");
+        if (T == 1 ? decode_step(c, 0) : forward(c, T, false))
+            return kiln_fail(err, "CUDA forward pass: a kernel rejected its arguments");
         if (check_launches(c, err)) return -1;
         done += T;
     }
@@ -297,34 +319,23 @@ int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, 
     return 0;
 }
 
-/* Captures the greedy decode step once; on failure says so and leaves eager launches in charge. */
-static void capture_decode_graph(kiln_cuda_context *c) {
-    c->graph_tried = true;
+/* Captures a decode step once; on failure says so and leaves eager launches in charge. */
+static void capture_decode_graph(kiln_cuda_context *c, int greedy) {
+    c->graph_tried[greedy] = true;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
-    int rc = e == cudaSuccess ? forward(c, 1, true) : -1;
+    int rc = e == cudaSuccess ? forward(c, 1, greedy) : -1;
     cudaError_t end = e == cudaSuccess ? cudaStreamEndCapture(c->stream, &g) : e;
     if (e == cudaSuccess) e = end;
-    if (e == cudaSuccess && rc == 0) e = cudaGraphInstantiate(&c->graph, g, 0);
+    if (e == cudaSuccess && rc == 0) e = cudaGraphInstantiate(&c->graph[greedy], g, 0);
     if (g) cudaGraphDestroy(g);
-    c->graph_ok = e == cudaSuccess && rc == 0;
-    if (!c->graph_ok) {
+    c->graph_ok[greedy] = e == cudaSuccess && rc == 0;
+    if (!c->graph_ok[greedy]) {
         fprintf(stderr, "kiln: CUDA graph capture failed (%s): decoding with eager launches\n",
                 e != cudaSuccess ? cudaGetErrorString(e) : "a kernel rejected its arguments");
         cudaGetLastError();
-        c->graph = NULL;
+        c->graph[greedy] = NULL;
     }
-}
-
-static int decode_step(kiln_cuda_context *c) {
-    if (c->prof) { /* timed op by op: one step at a time, without the graph */
-        int rc = forward(c, 1, true);
-        cudaStreamSynchronize(c->stream);
-        kiln_cuda_profile_collect(c->prof);
-        return rc;
-    }
-    if (c->graph_ok) return cudaGraphLaunch(c->graph, c->stream) == cudaSuccess ? 0 : -1;
-    return forward(c, 1, true);
 }
 
 int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int n_gen, int32_t *out,
@@ -332,12 +343,11 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
     if (pos < 0 || pos + n_gen > c->n_ctx)
         return kiln_fail(err, "generating %d tokens from position %d overflows the context of %d", n_gen, pos, c->n_ctx);
     if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
-    if (!c->graph_tried && !c->prof) capture_decode_graph(c);
     if (set_inputs(c, &token, 1, pos, err)) return -1;
     /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
     for (int i = 0; i <= n_gen; i++) {
         if (i < n_gen) {
-            if (decode_step(c)) return kiln_fail(err, "CUDA decode step %d failed to launch", i);
+            if (decode_step(c, 1)) return kiln_fail(err, "CUDA decode step %d failed to launch", i);
             cudaMemcpyAsync(&c->h_tokens[i & 1], c->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
             cudaEventRecord(c->token_ready[i & 1], c->stream);
         }

@@ -48,42 +48,33 @@ struct gemv_job {
     bool accumulate;
 };
 
-/* Each warp computes R rows, so every activation part it loads serves R weight rows. */
-template <class F, int R, bool SWIGLU>
-__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK)
-    gemv_q_kernel(gemv_job job, int n_parts, const void *xq) {
-    int m = 0;
-    while (m + 1 < job.n_mats && !SWIGLU && (int)blockIdx.x >= job.first[m + 1]) m++;
-    int n = job.n[m];
-    int row0 = ((int)blockIdx.x - job.first[m]) * GEMV_ROWS_PER_BLOCK * R + threadIdx.y * R;
-    if (row0 >= n) return;
-    const qtensor w = job.w[m];
+/* One warp per row. The matrix is picked with constant indices: a run-time index into the parameter arrays would
+ * copy them to local memory. */
+template <class F, bool SWIGLU>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK) gemv_q_kernel(gemv_job job, int n_parts, const void *xq) {
+    qtensor w = job.w[0];
+    float *y = job.y[0];
+    int n = job.n[0], first = 0;
+    if (!SWIGLU && job.n_mats > 1 && (int)blockIdx.x >= job.first[1]) w = job.w[1], y = job.y[1], n = job.n[1], first = job.first[1];
+    if (!SWIGLU && job.n_mats > 2 && (int)blockIdx.x >= job.first[2]) w = job.w[2], y = job.y[2], n = job.n[2], first = job.first[2];
+    int row = ((int)blockIdx.x - first) * GEMV_ROWS_PER_BLOCK + threadIdx.y;
+    if (row >= n) return;
+    const qtensor up = job.w[1];
     q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
-    int blocks_per_row = n_parts / F::parts;
-    float a[R], b[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) a[r] = b[r] = 0.0f;
+    int64_t g0 = (int64_t)row * (n_parts / F::parts); /* the row's first block */
+    float a = 0.0f, b = 0.0f;
 #pragma unroll 2
     for (int u = threadIdx.x; u < n_parts; u += 32) {
-        int xw[8];
-        ld32b((const uint8_t *)(x.qs + 32 * (int64_t)u), xw);
-        float dx = __low2float(x.ds[u]);
+        int64_t g = g0 + u / F::parts;
         int part = u % F::parts;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (row0 + r >= n) break;
-            int64_t g = (int64_t)(row0 + r) * blocks_per_row + u / F::parts;
-            a[r] += dot_part<F>(w, g, part, xw, dx);
-            if (SWIGLU) b[r] += dot_part<F>(job.w[1], g, part, xw, dx);
-        }
+        a += dot_part<F>(w, g, part, x, u);
+        if (SWIGLU) b += dot_part<F>(up, g, part, x, u);
     }
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float av = warp_sum(a[r]), bv = SWIGLU ? warp_sum(b[r]) : 0.0f;
-        if (threadIdx.x == 0 && row0 + r < n) {
-            if (SWIGLU) job.y[0][row0 + r] = silu(av) * bv;
-            else store_row(job.y[m], row0 + r, av, job.accumulate);
-        }
+    a = warp_sum(a);
+    if (SWIGLU) b = warp_sum(b);
+    if (threadIdx.x == 0) {
+        if (SWIGLU) y[row] = silu(a) * b;
+        else store_row(y, row, a, job.accumulate);
     }
 }
 
@@ -161,9 +152,6 @@ extern "C" bool kiln_cuda_type_uses_q8_1(kiln_type type) {
            type != KILN_TYPE_BF16;
 }
 
-/* measured on H100 (4096 x 14336): 2 rows per warp ran 20-40% slower than 1 for every quantized type */
-#define GEMV_ROWS_PER_WARP 1
-
 template <class F>
 static qtensor tensor_of(const kiln_cuda_matrix *m) {
     return qtensor{(const uint8_t *)m->data, (int64_t)m->n * (m->k / 32 / F::parts)};
@@ -194,7 +182,7 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
     gemv_job job = {};
     job.n_mats = n_mats;
     job.accumulate = accumulate;
-    int blocks = 0, rows_per_block = GEMV_ROWS_PER_BLOCK * GEMV_ROWS_PER_WARP;
+    int blocks = 0, rows_per_block = GEMV_ROWS_PER_BLOCK;
     for (int i = 0; i < n_mats; i++) {
         job.y[i] = ys[i];
         job.n[i] = ms[i]->n;
@@ -207,7 +195,7 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
         for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                              \
-        gemv_q_kernel<F, GEMV_ROWS_PER_WARP, SWIGLU><<<blocks, block, 0, stream>>>(job, n_parts, xq);                 \
+        gemv_q_kernel<F, SWIGLU><<<blocks, block, 0, stream>>>(job, n_parts, xq);                                     \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X

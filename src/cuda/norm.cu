@@ -4,15 +4,13 @@
 #include "cuda/kernels.h"
 #include "cuda/quant_unpack.cuh"
 
-#define NORM_THREADS 256
-
-__global__ void __launch_bounds__(NORM_THREADS)
+__global__ void __launch_bounds__(1024)
     rmsnorm_kernel(float *x, const float *residual, const float *w, float *out, int8_t *out_q, int n, int n_rows,
                    float eps) {
     int64_t base = (int64_t)blockIdx.x * n;
     float *xr = x + base;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += NORM_THREADS) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = xr[i];
         if (residual) {
             v += residual[base + i];
@@ -22,7 +20,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     }
     float scale = rsqrtf(block_sum(ss) / (float)n + eps);
     /* a warp covers 32 consecutive elements per step: exactly one Q8_1 block */
-    for (int i0 = 0; i0 < n; i0 += NORM_THREADS) {
+    for (int i0 = 0; i0 < n; i0 += blockDim.x) {
         int i = i0 + threadIdx.x;
         float v = i < n ? xr[i] * scale * w[i] : 0.0f;
         if (i < n) out[base + i] = v;
@@ -40,5 +38,8 @@ __global__ void __launch_bounds__(NORM_THREADS)
 
 extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n,
                                   int n_rows, float eps, cudaStream_t stream) {
-    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, stream>>>(x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
+    /* one block per row: a single decode row needs wide blocks, or one SM does all the work (four elements per
+     * thread at most) */
+    int threads = n >= 4096 ? 1024 : n >= 2048 ? 512 : 256;
+    rmsnorm_kernel<<<n_rows, threads, 0, stream>>>(x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
 }

@@ -306,12 +306,14 @@ __device__ __forceinline__ q8_1_view q8_1_at(const void *buf, int64_t n) {
     return v;
 }
 
-/* Dot product of an unpacked part with its Q8_1 block (xq: the block's 32 int8, dx: its scale): int8 dp4a per
- * half, scales applied once per half. */
+/* Dot product of part `part` of block g with Q8_1 block u of x: int8 dp4a per half, scales applied once per half.
+ * The activations are loaded after the weights, so the weight loads (from DRAM) are issued first. */
 template <class F>
-__device__ __forceinline__ float dot_part(const qtensor &t, int64_t g, int part, const int xq[8], float dx) {
+__device__ __forceinline__ float dot_part(const qtensor &t, int64_t g, int part, const q8_1_view &x, int u) {
     kpart p;
     F::unpack(t, g, part, p);
+    int xq[8];
+    ld32b((const uint8_t *)(x.qs + 32 * (int64_t)u), xq);
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -329,7 +331,7 @@ __device__ __forceinline__ float dot_part(const qtensor &t, int64_t g, int part,
         }
         r += p.m[0] * (float)t0 + p.m[1] * (float)t1;
     }
-    return r * dx;
+    return r * __low2float(x.ds[u]);
 }
 
 #endif

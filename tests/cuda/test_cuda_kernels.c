@@ -328,9 +328,10 @@ static void check_attention(int head_dim, int n_split, int pos0, int T) {
     float *back = malloc(sizeof(float) * T * qd);
     CUDA_OK(cudaMemcpy(qb, dq, Q8_1_BYTES(T * qd), cudaMemcpyDeviceToHost));
     dequant_q8_1(qb, T * qd, back);
-    for (int i = 0; i < T * qd; i++) { /* the Q8_1 copy within half a step of its block's scale */
+    for (int i = 0; i < T * qd; i++) { /* within half a step, plus the rounding of the scale to half precision */
         float d = q8_1_d(qb, T * qd, i / 32);
-        if (fabsf(back[i] - out[i]) > 0.5f * d * 1.01f + 1e-7f) fail_msg("attention Q8_1 elem %d: %g vs %g", i, back[i], out[i]);
+        if (fabsf(back[i] - out[i]) > 0.5f * d + fabsf(out[i]) * 2e-3f)
+            fail_msg("attention Q8_1 elem %d: %g vs %g", i, back[i], out[i]);
     }
     free(qb), free(back);
     for (int t = 0; t < T; t++)
