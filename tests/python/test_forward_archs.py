@@ -1,0 +1,155 @@
+"""Architectures and rope variants the default model does not exercise, on tiny random-weight models written here
+with the gguf package (the default model's tokenizer copied in, so kiln can load them):
+
+- qwen2: QKV biases and NeoX-style rope (no q/k permutation), an untied output head;
+- llama with Llama-3 rope scaling, given as rope.scaling.* keys (kiln computes the frequency factors) and as a
+  rope_freqs.weight tensor (numpy_llama.py reads that one): both must give numpy's logits.
+
+Weights are F32 (the reference path must match numpy to < 1e-4) and Q8_0 (the fast path within its bound).
+"""
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf.quants import quantize
+
+sys.path.insert(0, os.path.dirname(__file__))
+import numpy_llama  # noqa: E402
+
+KILN = os.environ.get("KILN_BIN", "build/kiln")
+SOURCE = os.environ.get("KILN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+N_EMBD, N_HEAD, N_KV, N_FF, N_LAYER = 128, 4, 2, 256, 2
+TOKENS = [504, 3575, 282, 4649, 314, 253, 2115, 804, 288, 5125, 253, 1502]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The default model's tokenizer.* keys (no chat template) as (name, value type, value)."""
+    path = subprocess.run([os.path.join(SOURCE, "scripts", "fetch-model.sh")], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    return [(name, f.types[0], f.contents()) for name, f in GGUFReader(path).fields.items()
+            if name.startswith("tokenizer.") and name != "tokenizer.chat_template"]
+
+
+def copy_tokenizer(tok, w):
+    for name, vtype, value in tok:
+        if vtype == GGUFValueType.ARRAY:
+            w.add_array(name, value)
+        elif vtype == GGUFValueType.STRING:
+            w.add_string(name, value)
+        elif vtype == GGUFValueType.BOOL:
+            w.add_bool(name, value)
+        else:
+            w.add_uint32(name, int(value))
+
+
+def llama3_factors(base, dim, factor=8.0, low=1.0, high=4.0, orig=64.0):
+    """The Hugging Face llama3 rope frequency divisors (orig is small so that all three regimes occur here)."""
+    out = []
+    for i in range(0, dim, 2):
+        freq = 1.0 / base ** (i / dim)
+        wavelen = 2 * math.pi / freq
+        if wavelen < orig / high:
+            out.append(1.0)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_model(path, arch, tok, qtype, rope_keys=False, rope_tensor=False):
+    rng = np.random.default_rng(7)
+    n_vocab = len(next(v for name, _, v in tok if name == "tokenizer.ggml.tokens"))
+    head_dim, base = N_EMBD // N_HEAD, 10000.0
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(N_LAYER)
+    w.add_context_length(256)
+    w.add_embedding_length(N_EMBD)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_KV)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(base)
+    if rope_keys:
+        w.add_string(f"{arch}.rope.scaling.type", "llama3")
+        w.add_float32(f"{arch}.rope.scaling.factor", 8.0)
+        w.add_float32(f"{arch}.rope.scaling.low_freq_factor", 1.0)
+        w.add_float32(f"{arch}.rope.scaling.high_freq_factor", 4.0)
+        w.add_float32(f"{arch}.rope.scaling.original_context_length", 64.0)
+    copy_tokenizer(tok, w)
+
+    def mat(name, rows, cols, scale=0.05):
+        a = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+        if qtype == GGMLQuantizationType.F32:
+            w.add_tensor(name, a)
+        else:
+            w.add_tensor(name, quantize(a, qtype), raw_dtype=qtype)
+
+    def vec(name, n, mean=1.0, scale=0.1):
+        w.add_tensor(name, (mean + rng.standard_normal(n) * scale).astype(np.float32))
+
+    mat("token_embd.weight", n_vocab, N_EMBD, 1.0)
+    mat("output.weight", n_vocab, N_EMBD, 0.1)
+    vec("output_norm.weight", N_EMBD)
+    if rope_tensor:
+        w.add_tensor("rope_freqs.weight", llama3_factors(base, head_dim))
+    kv = N_KV * head_dim
+    for l in range(N_LAYER):
+        p = f"blk.{l}."
+        vec(p + "attn_norm.weight", N_EMBD)
+        vec(p + "ffn_norm.weight", N_EMBD)
+        mat(p + "attn_q.weight", N_EMBD, N_EMBD, 0.2)
+        mat(p + "attn_k.weight", kv, N_EMBD, 0.2)
+        mat(p + "attn_v.weight", kv, N_EMBD)
+        mat(p + "attn_output.weight", N_EMBD, N_EMBD)
+        mat(p + "ffn_gate.weight", N_FF, N_EMBD)
+        mat(p + "ffn_up.weight", N_FF, N_EMBD)
+        mat(p + "ffn_down.weight", N_EMBD, N_FF)
+        if arch == "qwen2":
+            vec(p + "attn_q.bias", N_EMBD, 0.0, 0.5)
+            vec(p + "attn_k.bias", kv, 0.0, 0.5)
+            vec(p + "attn_v.bias", kv, 0.0, 0.5)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def kiln_logits(model, ids, tmp_path, *extra):
+    out = tmp_path / "logits.bin"
+    subprocess.run([KILN, "run", "-m", str(model), "--token-ids", ",".join(map(str, ids)), "--dump-logits", str(out),
+                    "-t", "1", *extra], check=True, capture_output=True)
+    return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+
+
+def rel(got, want):
+    return (np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)).max()
+
+
+@pytest.mark.parametrize("arch,rope", [("qwen2", "none"), ("llama", "tensor"), ("llama", "keys")])
+def test_tiny_model_matches_numpy(tokenizer, tmp_path, arch, rope):
+    f32 = tmp_path / "f32.gguf"
+    write_model(f32, arch, tokenizer, GGMLQuantizationType.F32, rope_keys=rope == "keys",
+                rope_tensor=rope != "none")
+    want = numpy_llama.forward(numpy_llama.Model(str(f32)), TOKENS)
+    if rope == "keys":  # numpy reads factors only from the tensor: give it the same model with one
+        ref = tmp_path / "ref.gguf"
+        write_model(ref, arch, tokenizer, GGMLQuantizationType.F32, rope_tensor=True)
+        want = numpy_llama.forward(numpy_llama.Model(str(ref)), TOKENS)
+    assert rel(kiln_logits(f32, TOKENS, tmp_path, "--reference"), want) < 1e-4
+    assert rel(kiln_logits(f32, TOKENS, tmp_path), want) < 1e-3  # F32 weights: only the F16 KV cache rounds
+
+    q8 = tmp_path / "q8.gguf"
+    write_model(q8, arch, tokenizer, GGMLQuantizationType.Q8_0, rope_keys=rope == "keys",
+                rope_tensor=rope != "none")
+    want_q8 = numpy_llama.forward(numpy_llama.Model(str(q8)), TOKENS) if rope != "keys" else None
+    got_ref = kiln_logits(q8, TOKENS, tmp_path, "--reference")
+    if want_q8 is not None:
+        assert rel(got_ref, want_q8) < 1e-4
+    assert rel(kiln_logits(q8, TOKENS, tmp_path), got_ref) < 0.05
