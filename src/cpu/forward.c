@@ -17,6 +17,7 @@ struct kiln_cpu_state {
     int n_ctx, n_batch;
     kiln_pool *pool;
     const kiln_kv_ops *kv;
+    size_t kv_elem;           /* bytes of one cached key or value element */
     size_t kv_row_bytes;      /* one position's keys (or values) of one layer */
     char *k_cache, *v_cache;  /* [n_layer][n_ctx][kv_dim] */
     float *x, *xb, *q, *k, *v, *att_out, *hb, *hb2; /* [n_batch][width] */
@@ -138,7 +139,7 @@ static void attend(kiln_cpu_state *s, int layer, int t, int h, int n_pos, float 
     const kiln_config *c = s->cfg;
     int hd = c->head_dim, group = c->n_head / c->n_head_kv;
     const float *q = s->q + (size_t)t * kiln_config_q_dim(c) + h * hd;
-    size_t kv_off = (size_t)(h / group) * hd * (s->kv_row_bytes / kiln_config_kv_dim(c));
+    size_t kv_off = (size_t)(h / group) * hd * s->kv_elem; /* the KV head this query head reads */
     const char *kc = s->k_cache + (size_t)layer * s->n_ctx * s->kv_row_bytes + kv_off;
     const char *vc = s->v_cache + (size_t)layer * s->n_ctx * s->kv_row_bytes + kv_off;
     float scale = 1.0f / sqrtf((float)hd), max = -INFINITY;
@@ -357,7 +358,8 @@ int kiln_cpu_new(const kiln_config *cfg, const kiln_weights *w, const kiln_cpu_p
     s->n_ctx = params->n_ctx;
     s->n_batch = params->n_batch;
     s->kv = kv;
-    s->kv_row_bytes = kiln_row_size(params->kv_type, kiln_config_kv_dim(cfg));
+    s->kv_elem = kiln_row_size(params->kv_type, 1);
+    s->kv_row_bytes = s->kv_elem * (size_t)kiln_config_kv_dim(cfg);
     int n_threads = params->n_threads > 0 ? params->n_threads : kiln_physical_cores();
     if (kiln_pool_new(n_threads, &s->pool, err) || alloc_buffers(s, err)) {
         kiln_cpu_free(s);
