@@ -135,6 +135,8 @@ static int add_entry(st_ctx *c, const char *file, const uint8_t *base, const kil
         const char *listed = json_string_value(json_object_get(c->weight_map, e->name));
         if (listed && strcmp(listed, file)) return 0; /* the index says another shard holds the real one */
     }
+    for (uint32_t d = 0; d < e->n_dims; d++)
+        if (e->shape[d] == 0) return kiln_fail(err, "%s: tensor %.200s has a zero-size dimension", file, e->name);
     json_t *prev = json_object_get(c->seen, name);
     if (prev)
         return kiln_fail(err, "%s: tensor %.200s appears twice (also in %s)", file, e->name, json_string_value(prev));

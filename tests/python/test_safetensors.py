@@ -210,6 +210,8 @@ def broken_cases():
     yield "duplicate", lambda p: raw_file(p, b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
                                              b'"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', b"\0" * 8), \
         "duplicate"
+    yield "zero-size", lambda p: raw_file(p, {"model.norm.weight": dict(GOOD_TENSOR, shape=[0], data_offsets=[0, 0])}),\
+        "zero-size dimension"
     yield "unknown name", lambda p: raw_file(p, {"vision.weight": GOOD_TENSOR}, b"\0" * 8), "no GGUF name"
 
 
