@@ -12,7 +12,7 @@
 #define KILN_GEMM_TOKENS 4
 
 /* One activation row's block scales as F32, converted once per matmul rather than once per weight row:
- * scales[2b] = d and scales[2b + 1] = s of block b (s: Q8_1 only, 0 for Q8_0). */
+ * scales[2b] = d and scales[2b + 1] = d * (sum of its quants) of block b (Q8_1 stores that as s). */
 void kiln_gemm_scales(const void *y, int64_t n, kiln_type y_type, float *scales);
 
 /* out[k] = dot(row x of n elements, activation row k at y + k * y_stride) for k < KILN_GEMM_TOKENS; the rows' scales
@@ -28,6 +28,10 @@ kiln_gemm_fn kiln_gemm_get(kiln_type t, kiln_isa isa);
 void kiln_gemm_q4_1_avx512(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
                            size_t s_stride, float *out);
 void kiln_gemm_q4_1_avx512_vnni(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
+                                size_t s_stride, float *out);
+void kiln_gemm_q4_0_avx512(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
+                           size_t s_stride, float *out);
+void kiln_gemm_q4_0_avx512_vnni(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
                                 size_t s_stride, float *out);
 
 #endif

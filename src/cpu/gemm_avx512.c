@@ -29,11 +29,24 @@ static inline uint32_t load_u32(const void *p) {
 }
 
 /* d and m of 8 consecutive Q4_1 blocks as F32, interleaved: d0 m0 d1 m1 ... d7 m7. */
-static inline __m512 heads8(const block_q4_1 *x) {
+static inline __m512 heads8_q4_1(const block_q4_1 *x) {
     __m128i lo = _mm_setr_epi32((int)load_u32(&x[0]), (int)load_u32(&x[1]), (int)load_u32(&x[2]), (int)load_u32(&x[3]));
     __m128i hi = _mm_setr_epi32((int)load_u32(&x[4]), (int)load_u32(&x[5]), (int)load_u32(&x[6]), (int)load_u32(&x[7]));
     return _mm512_cvtph_ps(_mm256_set_m128i(hi, lo));
 }
+
+/* The same for Q4_0, whose quants carry a bias of 8: d0 -8d0 d1 -8d1 ..., so that the offset term
+ * m_x * s_y = -8 d_x * (d_y * sum q_y) removes the bias. */
+static inline __m512 heads8_q4_0(const block_q4_0 *x) {
+    __m128i d = _mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d, (short)x[4].d,
+                               (short)x[5].d, (short)x[6].d, (short)x[7].d);
+    __m512 dd = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                      _mm512_castps256_ps512(_mm256_cvtph_ps(d)));
+    return _mm512_mul_ps(dd, _mm512_setr_ps(1, -8, 1, -8, 1, -8, 1, -8, 1, -8, 1, -8, 1, -8, 1, -8));
+}
+
+static inline float offset_q4_1(const block_q4_1 *x) { return h2f(x->m); }
+static inline float offset_q4_0(const block_q4_0 *x) { return -8.0f * h2f(x->d); }
 
 /* Lanes 0-7 take lane 4p of a head product (block 2p's d_x d_y), lanes 8-15 lane 4p + 2 (block 2p + 1's). */
 static inline __m512i pair_pick(int p) {
@@ -46,69 +59,73 @@ ALWAYS_INLINE __m512i dot_u8_i8(__m512i ux, __m512i sy, const bool vnni) {
     return _mm512_madd_epi16(_mm512_maddubs_epi16(ux, sy), _mm512_set1_epi16(1));
 }
 
-/* One block's dot done plainly, for an odd last block. */
-static float q4_1_block(const block_q4_1 *x, const block_q8_1 *y) {
-    int sum = 0;
-    for (int j = 0; j < QK4_1 / 2; j++) sum += (x->qs[j] & 0x0F) * y->qs[j] + (x->qs[j] >> 4) * y->qs[j + QK4_1 / 2];
-    return h2f(x->d) * h2f(y->d) * (float)sum + h2f(x->m) * h2f(y->s);
-}
+/* One block's dot done plainly, for an odd last block; sc: the activation block's d and s. */
+#define BLOCK_DOT(wtype, atype)                                                                                     \
+    static float dot_block_##wtype(const block_##wtype *x, const block_##atype *y, const float *sc) {                  \
+        int sum = 0;                                                                                                 \
+        for (int j = 0; j < 16; j++) sum += (x->qs[j] & 0x0F) * y->qs[j] + (x->qs[j] >> 4) * y->qs[j + 16];        \
+        return h2f(x->d) * sc[0] * (float)sum + offset_##wtype(x) * sc[1];                                          \
+    }
+BLOCK_DOT(q4_1, q8_1)
+BLOCK_DOT(q4_0, q8_0)
 
 /* Blocks go in groups of 8: the weight's quants are unpacked (4 pair vectors) and its scales converted once, then
- * each token takes one multiply for its 8 d_x d_y (even lanes) and m_x s_y (odd lanes), and per pair of blocks one
- * integer dot and one FMA. Leftover blocks go in pairs, then one by one. */
-ALWAYS_INLINE void gemm_q4_1(int64_t n, const void *vx, const void *vy, size_t y_stride, const float *scales,
-                             size_t s_stride, float *out, const bool vnni) {
-    const block_q4_1 *x = vx;
-    const int64_t nb = n / QK4_1;
-    const __m512i pick[4] = {pair_pick(0), pair_pick(1), pair_pick(2), pair_pick(3)};
-    __m512 acc[KILN_GEMM_TOKENS], offsets[KILN_GEMM_TOKENS];
-    for (int k = 0; k < KILN_GEMM_TOKENS; k++) acc[k] = offsets[k] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        __m512i qx[4];
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) qx[p] = join(nibbles(x[i + 2 * p].qs), nibbles(x[i + 2 * p + 1].qs));
-        __m512 xh = heads8(x + i);
-#pragma GCC unroll 4
-        for (int k = 0; k < KILN_GEMM_TOKENS; k++) {
-            const block_q8_1 *y = (const block_q8_1 *)((const char *)vy + (size_t)k * y_stride) + i;
-            __m512 prod = _mm512_mul_ps(xh, _mm512_loadu_ps(scales + (size_t)k * s_stride + 2 * i));
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                __m512i qy = join(_mm256_loadu_si256((const __m256i *)y[2 * p].qs),
-                                  _mm256_loadu_si256((const __m256i *)y[2 * p + 1].qs));
-                acc[k] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[p], prod),
-                                         _mm512_cvtepi32_ps(dot_u8_i8(qx[p], qy, vnni)), acc[k]);
-            }
-            offsets[k] = _mm512_mask_add_ps(offsets[k], 0xAAAA, offsets[k], prod);
-        }
+ * each token takes one multiply for its 8 d_x d_y (even lanes) and offset terms m_x s_y (odd lanes), and per pair
+ * of blocks one integer dot and one FMA. Leftover blocks go in pairs, then one by one. */
+#define GEMM_Q4(wtype, atype)                                                                                        \
+    ALWAYS_INLINE void gemm_##wtype(int64_t n, const void *vx, const void *vy, size_t y_stride, const float *scales, \
+                                    size_t s_stride, float *out, const bool vnni) {                                 \
+        const block_##wtype *x = vx;                                                                                 \
+        const int64_t nb = n / 32;                                                                                   \
+        const __m512i pick[4] = {pair_pick(0), pair_pick(1), pair_pick(2), pair_pick(3)};                            \
+        __m512 acc[KILN_GEMM_TOKENS], offsets[KILN_GEMM_TOKENS];                                                     \
+        float tail[KILN_GEMM_TOKENS] = {0};                                                                          \
+        for (int k = 0; k < KILN_GEMM_TOKENS; k++) acc[k] = offsets[k] = _mm512_setzero_ps();                        \
+        int64_t i = 0;                                                                                               \
+        for (; i + 8 <= nb; i += 8) {                                                                                \
+            __m512i qx[4];                                                                                           \
+            _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) qx[p] =                                              \
+                join(nibbles(x[i + 2 * p].qs), nibbles(x[i + 2 * p + 1].qs));                                         \
+            __m512 xh = heads8_##wtype(x + i);                                                                       \
+            _Pragma("GCC unroll 4") for (int k = 0; k < KILN_GEMM_TOKENS; k++) {                                     \
+                const block_##atype *y = (const block_##atype *)((const char *)vy + (size_t)k * y_stride) + i;       \
+                __m512 prod = _mm512_mul_ps(xh, _mm512_loadu_ps(scales + (size_t)k * s_stride + 2 * i));             \
+                _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {                                                \
+                    __m512i qy = join(_mm256_loadu_si256((const __m256i *)y[2 * p].qs),                              \
+                                      _mm256_loadu_si256((const __m256i *)y[2 * p + 1].qs));                         \
+                    acc[k] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[p], prod),                                   \
+                                             _mm512_cvtepi32_ps(dot_u8_i8(qx[p], qy, vnni)), acc[k]);                \
+                }                                                                                                    \
+                offsets[k] = _mm512_mask_add_ps(offsets[k], 0xAAAA, offsets[k], prod);                               \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (; i + 2 <= nb; i += 2) {                                                                                \
+            __m512i qx = join(nibbles(x[i].qs), nibbles(x[i + 1].qs));                                               \
+            float d0 = h2f(x[i].d), d1 = h2f(x[i + 1].d), m0 = offset_##wtype(&x[i]), m1 = offset_##wtype(&x[i + 1]); \
+            for (int k = 0; k < KILN_GEMM_TOKENS; k++) {                                                             \
+                const block_##atype *y = (const block_##atype *)((const char *)vy + (size_t)k * y_stride) + i;       \
+                const float *sc = scales + (size_t)k * s_stride + 2 * i;                                             \
+                __m512i qy = join(_mm256_loadu_si256((const __m256i *)y[0].qs),                                      \
+                                  _mm256_loadu_si256((const __m256i *)y[1].qs));                                     \
+                acc[k] = _mm512_fmadd_ps(join_scales(d0 * sc[0], d1 * sc[2]),                                        \
+                                         _mm512_cvtepi32_ps(dot_u8_i8(qx, qy, vnni)), acc[k]);                       \
+                tail[k] += m0 * sc[1] + m1 * sc[3];                                                                  \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int k = 0; k < KILN_GEMM_TOKENS; k++) {                                                                 \
+            const block_##atype *y = (const block_##atype *)((const char *)vy + (size_t)k * y_stride);               \
+            if (i < nb) tail[k] += dot_block_##wtype(&x[i], &y[i], scales + (size_t)k * s_stride + 2 * i);               \
+            out[k] = _mm512_reduce_add_ps(acc[k]) + _mm512_reduce_add_ps(offsets[k]) + tail[k];                      \
+        }                                                                                                            \
+    }                                                                                                                \
+    void kiln_gemm_##wtype##_avx512(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,   \
+                                    size_t s_stride, float *out) {                                                  \
+        gemm_##wtype(n, x, y, y_stride, scales, s_stride, out, false);                                               \
+    }                                                                                                                \
+    void kiln_gemm_##wtype##_avx512_vnni(int64_t n, const void *x, const void *y, size_t y_stride,                  \
+                                         const float *scales, size_t s_stride, float *out) {                        \
+        gemm_##wtype(n, x, y, y_stride, scales, s_stride, out, true);                                                \
     }
-    float tail[KILN_GEMM_TOKENS] = {0};
-    for (; i + 2 <= nb; i += 2) {
-        __m512i qx = join(nibbles(x[i].qs), nibbles(x[i + 1].qs));
-        float d0 = h2f(x[i].d), d1 = h2f(x[i + 1].d), m0 = h2f(x[i].m), m1 = h2f(x[i + 1].m);
-        for (int k = 0; k < KILN_GEMM_TOKENS; k++) {
-            const block_q8_1 *y = (const block_q8_1 *)((const char *)vy + (size_t)k * y_stride) + i;
-            const float *sc = scales + (size_t)k * s_stride + 2 * i;
-            __m512i qy = join(_mm256_loadu_si256((const __m256i *)y[0].qs), _mm256_loadu_si256((const __m256i *)y[1].qs));
-            acc[k] = _mm512_fmadd_ps(join_scales(d0 * sc[0], d1 * sc[2]), _mm512_cvtepi32_ps(dot_u8_i8(qx, qy, vnni)),
-                                     acc[k]);
-            tail[k] += m0 * sc[1] + m1 * sc[3];
-        }
-    }
-    for (int k = 0; k < KILN_GEMM_TOKENS; k++) {
-        const block_q8_1 *y = (const block_q8_1 *)((const char *)vy + (size_t)k * y_stride);
-        if (i < nb) tail[k] += q4_1_block(&x[i], &y[i]);
-        out[k] = _mm512_reduce_add_ps(acc[k]) + _mm512_reduce_add_ps(offsets[k]) + tail[k];
-    }
-}
 
-void kiln_gemm_q4_1_avx512(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
-                           size_t s_stride, float *out) {
-    gemm_q4_1(n, x, y, y_stride, scales, s_stride, out, false);
-}
-
-void kiln_gemm_q4_1_avx512_vnni(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
-                                size_t s_stride, float *out) {
-    gemm_q4_1(n, x, y, y_stride, scales, s_stride, out, true);
-}
+GEMM_Q4(q4_1, q8_1)
+GEMM_Q4(q4_0, q8_0)

@@ -114,38 +114,44 @@ static void test_matmul_matches_dequantized_product(void **state) {
     kiln_pool_free(pool);
 }
 
-/* Items handed out through an atomic counter, as every job must: each is done exactly once, whoever joins. */
-static void test_gemm_simd_matches_reference(void **state) {
-    (void)state;
-    enum { N = 576, T = KILN_GEMM_TOKENS }; /* 18 blocks: two groups of 8 and a tail of 2 */
-    const kiln_quant_ops *wops = kiln_quant_ops_get(KILN_TYPE_Q4_1, KILN_ISA_SCALAR);
-    const kiln_quant_ops *yops = kiln_quant_ops_get(KILN_TYPE_Q8_1, KILN_ISA_SCALAR);
-    size_t x_bytes = kiln_row_size(KILN_TYPE_Q4_1, N), y_bytes = kiln_row_size(KILN_TYPE_Q8_1, N);
+/* One weight type's multi-token kernels against the reference on fresh random data. */
+static void check_gemm(kiln_type type, kiln_gemm_fn plain, kiln_gemm_fn vnni) {
+    enum { N = 576, T = KILN_GEMM_TOKENS }; /* 18 blocks: two groups of 8 and a pair */
+    const kiln_quant_ops *wops = kiln_quant_ops_get(type, KILN_ISA_SCALAR);
+    kiln_type act = wops->vec_dot_type;
+    const kiln_quant_ops *yops = kiln_quant_ops_get(act, KILN_ISA_SCALAR);
+    size_t x_bytes = kiln_row_size(type, N), y_bytes = kiln_row_size(act, N);
     float w[N], a[N], scales[T][N / 16], want[T], got[T];
     char *x = malloc(x_bytes), *y = malloc(y_bytes * T);
-    fill(w, N);
-    wops->quantize(w, x, N);
-    for (int k = 0; k < T; k++) {
-        fill(a, N);
-        yops->quantize(a, y + k * y_bytes, N);
-        kiln_gemm_scales(y + k * y_bytes, N, KILN_TYPE_Q8_1, scales[k]);
+    for (int len = N; len >= N - 32; len -= 32) { /* 17 blocks too: an odd last block */
+        fill(w, len);
+        wops->quantize(w, x, len);
+        for (int k = 0; k < T; k++) {
+            fill(a, len);
+            yops->quantize(a, y + k * y_bytes, len);
+            kiln_gemm_scales(y + k * y_bytes, len, act, scales[k]);
+        }
+        kiln_gemm_get(type, KILN_ISA_SCALAR)(len, x, y, y_bytes, scales[0], N / 16, want);
+        kiln_gemm_fn simd[2] = {plain, vnni};
+        for (int v = 0; v < 2; v++) {
+            if (!simd[v]) continue;
+            simd[v](len, x, y, y_bytes, scales[0], N / 16, got);
+            for (int k = 0; k < T; k++) assert_true(fabsf(got[k] - want[k]) <= 1e-5f * (1.0f + fabsf(want[k])));
+        }
     }
-    kiln_gemm_get(KILN_TYPE_Q4_1, KILN_ISA_SCALAR)(N, x, y, y_bytes, scales[0], N / 16, want);
-    kiln_gemm_fn simd[2] = {NULL, NULL};
-    if (kiln_cpu_isa() >= KILN_ISA_AVX512) {
-        simd[0] = kiln_gemm_q4_1_avx512;
-        if (__builtin_cpu_supports("avx512vnni")) simd[1] = kiln_gemm_q4_1_avx512_vnni;
-    }
-    for (int v = 0; v < 2; v++) {
-        if (!simd[v]) continue;
-        simd[v](N, x, y, y_bytes, scales[0], N / 16, got);
-        for (int k = 0; k < T; k++) assert_true(fabsf(got[k] - want[k]) <= 1e-5f * (1.0f + fabsf(want[k])));
-    }
-    assert_null(kiln_gemm_get(KILN_TYPE_Q6_K, KILN_ISA_SCALAR));
     free(x);
     free(y);
 }
 
+static void test_gemm_simd_matches_reference(void **state) {
+    (void)state;
+    bool avx512 = kiln_cpu_isa() >= KILN_ISA_AVX512, vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+    check_gemm(KILN_TYPE_Q4_1, avx512 ? kiln_gemm_q4_1_avx512 : NULL, vnni ? kiln_gemm_q4_1_avx512_vnni : NULL);
+    check_gemm(KILN_TYPE_Q4_0, avx512 ? kiln_gemm_q4_0_avx512 : NULL, vnni ? kiln_gemm_q4_0_avx512_vnni : NULL);
+    assert_null(kiln_gemm_get(KILN_TYPE_Q6_K, KILN_ISA_SCALAR));
+}
+
+/* Items handed out through an atomic counter, as every job must: each is done exactly once, whoever joins. */
 typedef struct count_job {
     atomic_int next;
     int done[1000];
