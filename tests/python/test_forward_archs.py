@@ -5,7 +5,8 @@ with the gguf package (the default model's tokenizer copied in, so kiln can load
 - llama with Llama-3 rope scaling, given as rope.scaling.* keys (kiln computes the frequency factors) and as a
   rope_freqs.weight tensor (numpy_llama.py reads that one): both must give numpy's logits.
 
-Weights are F32 (the reference path must match numpy to < 1e-4) and Q8_0 (the fast path within its bound).
+Weights are F32 (the reference path must match numpy to < 1e-4), then Q8_0, Q4_0 and Q4_1 (the reference path
+again < 1e-4; the fast path within 5%).
 """
 import math
 import os
@@ -145,11 +146,12 @@ def test_tiny_model_matches_numpy(tokenizer, tmp_path, arch, rope):
     assert rel(kiln_logits(f32, TOKENS, tmp_path, "--reference"), want) < 1e-4
     assert rel(kiln_logits(f32, TOKENS, tmp_path), want) < 1e-3  # F32 weights: only the F16 KV cache rounds
 
-    q8 = tmp_path / "q8.gguf"
-    write_model(q8, arch, tokenizer, GGMLQuantizationType.Q8_0, rope_keys=rope == "keys",
-                rope_tensor=rope != "none")
-    want_q8 = numpy_llama.forward(numpy_llama.Model(str(q8)), TOKENS) if rope != "keys" else None
-    got_ref = kiln_logits(q8, TOKENS, tmp_path, "--reference")
-    if want_q8 is not None:
-        assert rel(got_ref, want_q8) < 1e-4
-    assert rel(kiln_logits(q8, TOKENS, tmp_path), got_ref) < 0.05
+    for qtype in (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1):
+        q = tmp_path / f"{qtype.name}.gguf"
+        write_model(q, arch, tokenizer, qtype, rope_keys=rope == "keys", rope_tensor=rope != "none")
+        got_ref = kiln_logits(q, TOKENS, tmp_path, "--reference")
+        if rope != "keys":
+            assert rel(got_ref, numpy_llama.forward(numpy_llama.Model(str(q)), TOKENS)) < 1e-4
+        # the fast path: 8-bit activations; a batch (multi-token kernels) and token-by-token steps
+        assert rel(kiln_logits(q, TOKENS, tmp_path), got_ref) < 0.05
+        assert rel(kiln_logits(q, TOKENS, tmp_path, "-b", "1"), got_ref) < 0.05
