@@ -91,8 +91,8 @@ static bool has_reference(kiln_type type) {
 
 /* y = W x with x as the GPU sees it (Q8_1 for quantized types): only summation order differs from the double
  * reference, so the bound is tight; the error against the unquantized x is printed for the record. */
-static void check_gemv(kiln_type type, bool swiglu) {
-    const int k = 1024, n = 301; /* n not a multiple of the rows per block */
+static void check_gemv(kiln_type type, bool swiglu, int k) {
+    const int n = 301; /* not a multiple of the rows per block */
     float *deq, *deq_up = NULL;
     uint8_t *w = random_rows(type, k, n, &deq), *w_up = swiglu ? random_rows(type, k, n, &deq_up) : NULL;
     size_t rb = kiln_row_size(type, k);
@@ -126,8 +126,8 @@ static void check_gemv(kiln_type type, bool swiglu) {
         ref_exact[r] = swiglu ? ae / (1 + exp(-ae)) * be : ae;
     }
     double e = rel_err(y, ref, n), e_exact = rel_err(y, ref_exact, n);
-    fprintf(stderr, "gemv%s %-5s rel err %.2e (vs unquantized activations %.2e)\n", swiglu ? "+swiglu" : "",
-            kiln_type_name(type), e, e_exact);
+    fprintf(stderr, "gemv%s %-5s k %5d rel err %.2e (vs unquantized activations %.2e)\n", swiglu ? "+swiglu" : "",
+            kiln_type_name(type), k, e, e_exact);
     assert_true(e < 1e-5);
     assert_true(e_exact < (quantized ? 3e-2 : 1e-5));
     free(deq), free(deq_up), free(w), free(w_up), free(x), free(xs), free(y), free(ref), free(ref_exact), free(q);
@@ -205,8 +205,11 @@ static void test_type(void **state) {
     SKIP_WITHOUT_GPU();
     kiln_type type = (kiln_type)(intptr_t)*state;
     if (!has_reference(type)) skip();
-    check_gemv(type, false);
-    check_gemv(type, true);
+    check_gemv(type, false, 1024);
+    check_gemv(type, true, 1024);
+    /* rows of 8192+ inputs take the kernel's two-warps-per-row path */
+    if (type == KILN_TYPE_Q4_0 || type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K) check_gemv(type, true, 8448);
+    if (type == KILN_TYPE_Q8_0 || type == KILN_TYPE_Q5_K) check_gemv(type, false, 8448);
     if (kiln_cuda_type_uses_q8_1(type)) check_gemv_multi(type);
     check_dequant(type);
 }
