@@ -104,13 +104,14 @@ static bool check_model(const char *path) {
             path, e_prefill, N_DECODE, e_decode, same, N_GREEDY,
             kiln_cuda_context_uses_graph(ctx) ? "graph replay" : "eager launches");
     /* prefill runs F16 weights and activations through the GEMMs; decode runs GEMVs */
-    /* measured on random-weight models (H100): prefill up to 6e-3, float decode 8e-4 (the F16 KV cache against
-     * the reference's F32 one), quantized decode up to 1.4e-1 (Q8_1 activations on random weights, which amplify
-     * rounding far more than trained ones; each GEMV is checked to 1e-5 against its exact input in cuda_kernels,
-     * and prefill, which shares every other kernel, is held to 2e-2) */
-    double decode_bound = any_quantized(&w) ? 2.5e-1 : 3e-3;
-    bool ok = e_prefill < 2e-2 && e_decode < decode_bound;
-    if (!ok) fprintf(stderr, "%s: bounds are prefill 2e-2, decode %.0e\n", path, decode_bound);
+    /* Measured on random-weight models (H100, 7 runs): float models 8e-4 for both paths (F16 activations in the
+     * prefill GEMMs, the F16 KV cache against the reference's F32 one); quantized models prefill up to 1.3e-2 and
+     * decode up to 2.3e-1 (Q8_1 activations). Random weights amplify rounding far more than trained ones; each GEMV
+     * is checked to 1e-5 against its exact input in cuda_kernels, and the greedy check below bounds the choices. */
+    bool quantized = any_quantized(&w);
+    double prefill_bound = quantized ? 5e-2 : 3e-3, decode_bound = quantized ? 3e-1 : 3e-3;
+    bool ok = e_prefill < prefill_bound && e_decode < decode_bound;
+    if (!ok) fprintf(stderr, "%s: bounds are prefill %.0e, decode %.0e\n", path, prefill_bound, decode_bound);
     free(cpu), free(gpu);
     kiln_cuda_context_free(ctx);
     kiln_cuda_model_free(cm);
