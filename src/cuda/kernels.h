@@ -99,7 +99,10 @@ void kiln_cuda_rope_store(const kiln_cuda_rope_args *a, float *q, const float *k
  * split-K flash decoding. Each of n_split blocks per (head, token) runs an online softmax over its slice of the
  * positions into part (n_tokens * n_head * n_split * (head_dim + 2) floats), then a second kernel merges the
  * slices into out [n_tokens][n_head * head_dim], and when out_q is non-NULL also into its Q8_1 form (the output
- * projection's input, quantized without another launch). head_dim must be 64, 128 or 256. */
+ * projection's input, quantized without another launch). head_dim must be 64, 128 or 256. Batches of
+ * KILN_CUDA_PREFILL_ATTENTION_MIN tokens or more (without out_q) take a tiled kernel instead, which needs no part. */
+#define KILN_CUDA_PREFILL_ATTENTION_MIN 16
+
 typedef struct kiln_cuda_attn_args {
     int n_head, n_head_kv, head_dim, n_ctx, n_split;
 } kiln_cuda_attn_args;
