@@ -13,6 +13,9 @@ import os
 import subprocess
 import sys
 
+# one BLAS thread: on a shared machine OpenBLAS worker threads spin against other jobs (50x slower here)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
