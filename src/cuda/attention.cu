@@ -97,11 +97,11 @@ __global__ void attn_merge_kernel(kiln_cuda_attn_args a, const float *part, floa
     }
 }
 
-/* Causal attention of a prompt batch: a block takes 64 query tokens of one head and walks the positions in chunks of
- * 32, staged in shared memory once for all 64 queries (the per-token kernel above reads them once per query). Four
+/* Causal attention of a prompt batch: a block takes 16 query tokens of one head and walks the positions in chunks of
+ * 32, staged in shared memory once for all 16 queries (the per-token kernel above reads them once per query). Four
  * threads share a query, each owning a quarter of the dims; its score is summed over the four with two shuffles
  * inside the group, whose lanes always agree on the loop bounds. */
-#define PREFILL_QUERIES 64
+#define PREFILL_QUERIES 16
 #define PREFILL_CHUNK 32
 
 template <int HD>

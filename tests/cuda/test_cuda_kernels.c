@@ -372,9 +372,9 @@ static void test_attention(void **state) {
     check_attention(128, 7, 300, 4); /* a causal batch */
     check_attention(256, 3, 100, 2);
     /* prompt batches: the tiled kernel (a partial tile, several tiles, positions before the batch) */
-    check_attention(64, 1, 0, 16);
-    check_attention(128, 1, 37, 150);
-    check_attention(256, 1, 5, 20);
+    check_attention(64, 1, 0, KILN_CUDA_PREFILL_ATTENTION_MIN);
+    check_attention(128, 1, 37, KILN_CUDA_PREFILL_ATTENTION_MIN + 45);
+    check_attention(256, 1, 5, KILN_CUDA_PREFILL_ATTENTION_MIN + 3);
 }
 
 static void test_argmax(void **state) {
