@@ -2,14 +2,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "format/synth.h"
 
 int cmd_synth(int argc, char **argv);
 
-/* The default model's vocabulary: a byte-level BPE with a ChatML template, present once scripts/fetch-model.sh ran.
- * Shapes with larger vocabularies get it padded. */
-#define DEFAULT_VOCAB "/.cache/kiln/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+/* The default model's vocabulary: a byte-level BPE with a ChatML template, present once scripts/fetch-model.sh ran
+ * (in $KILN_MODEL_DIR, else ~/.cache/kiln/models). Shapes with larger vocabularies get it padded. */
+#define DEFAULT_VOCAB_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -18,7 +19,7 @@ static void usage(FILE *out) {
             "Writes a model at a real model's shape with random weights (normal(0, 0.02), norms 1) for speed tests.\n"
             "SHAPE: %s\nTYPE: %s\n"
             "--vocab-from: GGUF whose tokenizer is copied, padded to the shape's vocabulary with [PAD{id}] tokens\n"
-            "              (default: ~" DEFAULT_VOCAB ")\n",
+            "              (default: the default model, ~/.cache/kiln/models/" DEFAULT_VOCAB_FILE ")\n",
             kiln_synth_shape_names(), kiln_quant_preset_names());
 }
 
@@ -68,8 +69,14 @@ int cmd_synth(int argc, char **argv) {
     }
     char vocab[4096];
     if (!p.vocab_from) {
-        const char *home = getenv("HOME");
-        snprintf(vocab, sizeof vocab, "%s" DEFAULT_VOCAB, home ? home : "");
+        const char *dir = getenv("KILN_MODEL_DIR"), *home = getenv("HOME");
+        if (dir) snprintf(vocab, sizeof vocab, "%s/" DEFAULT_VOCAB_FILE, dir);
+        else snprintf(vocab, sizeof vocab, "%s/.cache/kiln/models/" DEFAULT_VOCAB_FILE, home ? home : "");
+        if (access(vocab, R_OK) != 0) {
+            fprintf(stderr, "error: no vocabulary: %s is missing (run scripts/fetch-model.sh or pass --vocab-from)\n",
+                    vocab);
+            return 1;
+        }
         p.vocab_from = vocab;
     }
     kiln_error err;
