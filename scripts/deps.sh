@@ -24,3 +24,10 @@ if [ ${#pymissing[@]} -gt 0 ]; then
     python3 -m pip install -q "${pymissing[@]}" 2>/dev/null ||
         python3 -m pip install -q --break-system-packages "${pymissing[@]}"
 fi
+
+# test_web_chromium.py drives Chromium over its DevTools websocket with PyPI's websocket-client (imported as websocket)
+if [ "${KILN_WITH_BROWSER:-0}" = 1 ] && ! python3 -c "import websocket" >/dev/null 2>&1; then
+    echo "kiln: installing Python packages: websocket-client" >&2
+    python3 -m pip install -q websocket-client 2>/dev/null ||
+        python3 -m pip install -q --break-system-packages websocket-client
+fi
