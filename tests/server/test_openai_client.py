@@ -2,11 +2,12 @@
 streamed), sampling reproducibility, stop strings, length limits, logprobs, the error classes the client raises for
 kiln's error responses, and concurrent requests. One server on the default model for the whole file."""
 import os
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from live_server import KilnServer, default_model
+from live_server import SOURCE_DIR, KilnServer, default_model
 
 openai = pytest.importorskip("openai", reason="the openai client is not installed (scripts/deps.sh)")
 
@@ -220,6 +221,16 @@ def test_wrong_api_key_is_authentication_error(kiln_bin):
         right = openai.OpenAI(base_url=keyed.url + "/v1", api_key="right-key", max_retries=0)
         model = right.models.list().data[0].id
         assert chat(right, model, max_tokens=4).choices[0].message.content is not None
+
+
+def test_web_page_is_index_html(server):
+    # Not the openai client's business, but this is where a live server is: GET / serves the embedded page as is.
+    with urllib.request.urlopen(server.url + "/", timeout=10) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/html")
+        page = r.read()
+    with open(os.path.join(SOURCE_DIR, "src", "server", "web", "index.html"), "rb") as f:
+        assert page == f.read()
 
 
 def test_concurrent_requests_all_succeed(client, model):
