@@ -1,7 +1,8 @@
 # kiln_module(<name> SOURCES ... [LIBS ...])
-#   One OBJECT library per concern (kiln_<name>). Files ending in _avx2.c / _avx512.c are compiled with those ISAs
-#   and must only be entered after a run-time CPU check. LIBS are system libraries the module needs; they travel
-#   with the module into tests, the kiln binary and libkiln.
+#   One OBJECT library per concern (kiln_<name>). Files ending in _avx2.c / _avx512.c / _avx512vnni.c are compiled
+#   with those ISAs and must only be entered after a run-time CPU check. Plain _avx512.c files get no VNNI flag, so
+#   the compiler cannot put VNNI instructions (e.g. a fused vpdpwssd) into code meant for AVX-512 CPUs without it.
+#   LIBS are system libraries the module needs; they travel with the module into tests, the kiln binary and libkiln.
 #
 # kiln_test(<name> SOURCES ... MODULES ... [LIBS ...])
 #   A cmocka test executable linked with the listed modules (list every module needed, dependencies included),
@@ -12,7 +13,23 @@
 
 set(KILN_WARNINGS -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter)
 set(KILN_AVX2_FLAGS -mavx2 -mfma -mf16c)
-set(KILN_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c)
+set(KILN_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c)
+set(KILN_AVX512VNNI_FLAGS ${KILN_AVX512_FLAGS} -mavx512vnni)
+
+# kiln_isa_flags(<file>...): the ISA flags each file's suffix asks for (source properties are per directory, so
+# every directory that compiles a file repeats this).
+function(kiln_isa_flags)
+  foreach(src IN LISTS ARGN)
+    if(src MATCHES "_avx2\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${KILN_AVX2_FLAGS}")
+    elseif(src MATCHES "_avx512\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${KILN_AVX512_FLAGS}")
+    # src/cpu/gemm_avx512.c keeps the VNNI flag until its VNNI kernels move to a gemm_avx512vnni.c of their own
+    elseif(src MATCHES "_avx512vnni\\.c$" OR src MATCHES "/cpu/gemm_avx512\\.c$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${KILN_AVX512VNNI_FLAGS}")
+    endif()
+  endforeach()
+endfunction()
 
 function(kiln_c_flags target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:C>:${KILN_WARNINGS}>)
@@ -26,13 +43,7 @@ function(kiln_module name)
   cmake_parse_arguments(M "" "" "SOURCES;LIBS" ${ARGN})
   add_library(kiln_${name} OBJECT ${M_SOURCES})
   kiln_c_flags(kiln_${name})
-  foreach(src IN LISTS M_SOURCES)
-    if(src MATCHES "_avx2\\.c$")
-      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${KILN_AVX2_FLAGS}")
-    elseif(src MATCHES "_avx512\\.c$")
-      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${KILN_AVX512_FLAGS}")
-    endif()
-  endforeach()
+  kiln_isa_flags(${M_SOURCES})
   set_property(GLOBAL APPEND PROPERTY KILN_MODULE_TARGETS kiln_${name})
   set_property(GLOBAL APPEND PROPERTY KILN_MODULE_LIBS ${M_LIBS} m)
   set_property(GLOBAL PROPERTY KILN_LIBS_${name} ${M_LIBS})
