@@ -7,6 +7,7 @@ DEBS=(build-essential cmake pkg-config python3 python3-pip unzip clang libclang-
       libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev libcmocka-dev)
 [ "${KILN_WITH_BROWSER:-0}" = 1 ] && DEBS+=(chromium)
 PIPS=(numpy gguf jinja2 openai pytest)
+PIPS+=(tokenizers)  # Hugging Face's tokenizers: test_tokenizer_hf.py compares kiln's token ids with theirs
 
 missing=()
 for p in "${DEBS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
