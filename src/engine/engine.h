@@ -12,6 +12,8 @@
 #include "cuda/cuda_backend.h"
 #include "kiln.h"
 #include "model/model.h"
+#include "sample/sample.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 struct kiln_context {
@@ -29,6 +31,16 @@ struct kiln_context {
 /* Evaluates ids at pos.. (kiln_eval with a kiln_error). */
 int kiln_ctx_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
                   kiln_error *err);
+
+/* Prompt tokens already in c's KV cache, keeping at least the last one to evaluate (its logits start generation). */
+int kiln_ctx_reusable_prefix(const kiln_context *c, const int32_t *prompt, int n_prompt);
+
+/* Whether greedy decoding with these parameters can run its argmax on the GPU (kiln_ctx_decode_greedy): a CUDA
+ * context, temperature <= 0, no penalties and no logprobs. */
+bool kiln_ctx_greedy_on_device(const kiln_context *c, const kiln_sampling_params *p);
+
+/* Evaluates token at n_past and puts the argmax of its logits in *next, on the device (c->logits is not updated). */
+int kiln_ctx_decode_greedy(kiln_context *c, int32_t token, int32_t *next, kiln_error *err);
 
 /* Copies an internal error into the caller's buffer of a public function. */
 void kiln_error_export(const kiln_error *e, char *err, size_t err_size);
@@ -48,5 +60,32 @@ void kiln_stop_scan_free(kiln_stop_scan *s);
 int kiln_stop_scan_push(kiln_stop_scan *s, const char *text, size_t len, size_t *release, bool *hit, kiln_error *err);
 /* Drops the first n bytes of buf (after they were released). */
 void kiln_stop_scan_consume(kiln_stop_scan *s, size_t n);
+
+/* One request's output side, shared by kiln_generate and the scheduler: sampling with the request's own sampler,
+ * streaming through the stop scan and the detokenizer, and the finish rules (max_tokens, end of generation, stop
+ * strings, the callback, a full context). */
+typedef struct kiln_gen {
+    const kiln_model *model;
+    const kiln_generate_params *params; /* the caller keeps it (and its stop strings) alive */
+    int n_ctx;
+    kiln_sampler *sampler;
+    kiln_stop_scan scan;
+    kiln_detok detok;
+    kiln_token_callback cb;
+    void *user;
+    bool stop_hit;
+    kiln_generate_result res;
+} kiln_gen;
+
+/* Fails when a prompt of n_prompt tokens (plus max_tokens, when >= 0) does not fit n_ctx positions. */
+int kiln_gen_check_fit(int n_ctx, int n_prompt, int max_tokens, kiln_error *err);
+/* Checks that the prompt fits n_ctx (with max_tokens), makes the sampler and feeds it the prompt. */
+int kiln_gen_init(kiln_gen *g, const kiln_model *m, const kiln_generate_params *p, int n_ctx, const int32_t *prompt,
+                  int n_prompt, kiln_token_callback cb, void *user, kiln_error *err);
+void kiln_gen_free(kiln_gen *g);
+/* Given the logits after n_past evaluated positions: samples, streams and decides. Returns 0 with *next, the token
+ * to evaluate at position n_past; 1 when the request is finished (res.finish set, remaining text flushed); -1 on
+ * error. */
+int kiln_gen_next(kiln_gen *g, const float *logits, int n_past, int32_t *next, kiln_error *err);
 
 #endif

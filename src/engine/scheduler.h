@@ -23,7 +23,8 @@ typedef struct kiln_sched_params {
     int n_kv_blocks;   /* blocks in the shared KV pool; 0: enough for `parallel` full contexts */
     int max_queue;     /* requests waiting beyond `parallel`; submit fails past it; 0: 256 */
     int n_threads;     /* CPU threads; 0: physical cores */
-    kiln_device device;
+    int n_chunk;       /* most prompt tokens one step carries (a multiple of 16); 0: 64 */
+    kiln_device device; /* CPU: the batched forward; CUDA or AUTO: one GPU context per running sequence */
 } kiln_sched_params;
 
 kiln_sched_params kiln_sched_default_params(void);
