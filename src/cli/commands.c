@@ -13,9 +13,11 @@ KILN_CMD(perplexity)
 KILN_CMD(synth)
 KILN_CMD(template)
 KILN_CMD(tokenize)
+KILN_CMD(serve)
 
 const kiln_command KILN_COMMANDS[] = {
     {"run", cmd_run, "generate text from a prompt (--chat wraps it in the model's chat template)"},
+    {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API (chat, completions, models, metrics) and a chat page"},
     {"chat", cmd_chat, "interactive multi-turn chat in the model's chat template"},
     {"perplexity", cmd_perplexity, "perplexity of a text file (chunks of --ctx tokens, scored on their second half)"},
     {"bench", cmd_bench, "measure prompt and decode speed and the decode memory-bandwidth fraction (--json)"},

@@ -1,0 +1,256 @@
+/* libmicrohttpd set-up, routing, authentication and the response helpers. One thread per connection: a request
+ * that waits for generation blocks only its own thread. */
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server/server_impl.h"
+
+typedef struct route {
+    const char *path;
+    const char *method;
+    bool public_route; /* answered without the API key */
+} route;
+
+static const route ROUTES[] = {
+    {"/v1/chat/completions", "POST", false},
+    {"/v1/completions", "POST", false},
+    {"/v1/models", "GET", false},
+    {"/metrics", "GET", false},
+    {"/health", "GET", true},
+    {"/", "GET", true},
+};
+#define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
+
+void srv_add_common_headers(srv_server *s, struct MHD_Response *r) {
+    if (!s->opt.cors_origin) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", s->opt.cors_origin);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
+
+enum MHD_Result srv_send(srv_server *s, struct MHD_Connection *c, srv_conn *cc, int status, const char *type,
+                         char *body_owned) {
+    if (!body_owned) {
+        srv_error e;
+        srv_fail(&e, 500, NULL, NULL, "out of memory");
+        return srv_send_error(s, c, cc, &e);
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body_owned), body_owned, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body_owned);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type ? type : "application/json");
+    srv_add_common_headers(s, r);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    srv_metrics_count_request(&s->metrics, cc->route, status);
+    return ret;
+}
+
+enum MHD_Result srv_send_error(srv_server *s, struct MHD_Connection *c, srv_conn *cc, const srv_error *e) {
+    char *body = srv_error_json(e);
+    if (!body) body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}");
+    if (!body) return MHD_NO;
+    return srv_send(s, c, cc, e->status, NULL, body);
+}
+
+bool srv_client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return true;
+    char byte;
+    ssize_t n = recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Compares in time that depends only on the key's length, not on where the first difference is. */
+static bool key_matches(const char *given, const char *key) {
+    size_t a = strlen(given), b = strlen(key);
+    unsigned diff = a != b;
+    for (size_t i = 0; i < b; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < a ? given[i] : 0);
+    return diff == 0;
+}
+
+static bool authorized(const srv_server *s, struct MHD_Connection *c) {
+    if (!s->opt.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    return key_matches(h, s->opt.api_key);
+}
+
+static enum MHD_Result preflight(srv_server *s, struct MHD_Connection *c, srv_conn *cc) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    srv_add_common_headers(s, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    srv_metrics_count_request(&s->metrics, cc->route, 204);
+    return ret;
+}
+
+/* The route for url and method, or an error (404 unknown path, 405 wrong method). */
+static const route *find_route(const char *url, const char *method, srv_error *e) {
+    const route *path_match = NULL;
+    for (size_t i = 0; i < N_ROUTES; i++) {
+        if (strcmp(url, ROUTES[i].path)) continue;
+        path_match = &ROUTES[i];
+        if (!strcmp(method, ROUTES[i].method)) return path_match;
+    }
+    if (path_match)
+        srv_fail(e, 405, NULL, "method_not_allowed", "%s %s is not supported; use %s", method, url, path_match->method);
+    else
+        srv_fail(e, 404, NULL, "unknown_url", "unknown URL: %s %.200s", method, url);
+    return NULL;
+}
+
+static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, srv_conn *cc, const char *url,
+                                const char *method) {
+    srv_error e;
+    if (!strcmp(method, "OPTIONS") && s->opt.cors_origin) return preflight(s, c, cc);
+    const route *r = find_route(url, method, &e);
+    if (!r) return srv_send_error(s, c, cc, &e);
+    cc->route = r->path;
+    if (!r->public_route && !authorized(s, c)) {
+        srv_fail(&e, 401, NULL, "invalid_api_key", "missing or wrong API key (send 'Authorization: Bearer KEY')");
+        return srv_send_error(s, c, cc, &e);
+    }
+    if (cc->too_large) {
+        srv_fail(&e, 413, NULL, "request_too_large", "the request body is over the limit of %zu bytes",
+                 s->opt.max_body);
+        return srv_send_error(s, c, cc, &e);
+    }
+    if (!strcmp(r->method, "GET")) return srv_handle_get(s, c, cc, url);
+    return srv_handle_generate(s, c, cc, !strcmp(url, "/v1/chat/completions") ? SRV_CHAT : SRV_COMPLETION);
+}
+
+static void append_body(srv_server *s, srv_conn *cc, const char *data, size_t n) {
+    if (cc->too_large || cc->len + n > s->opt.max_body) {
+        cc->too_large = true;
+        return;
+    }
+    if (cc->len + n + 1 > cc->cap) {
+        size_t cap = (cc->cap ? cc->cap * 2 : 4096) + n + 1;
+        if (cap > s->opt.max_body + 1) cap = s->opt.max_body + 1;
+        char *b = realloc(cc->body, cap);
+        if (!b) {
+            cc->too_large = true;
+            return;
+        }
+        cc->body = b;
+        cc->cap = cap;
+    }
+    memcpy(cc->body + cc->len, data, n);
+    cc->len += n;
+    cc->body[cc->len] = '\0';
+}
+
+static bool declared_too_large(const srv_server *s, struct MHD_Connection *c) {
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return cl && strtoull(cl, NULL, 10) > s->opt.max_body;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    srv_server *s = cls;
+    srv_conn *cc = *con_cls;
+    if (!cc) {
+        if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
+        cc->route = "other";
+        *con_cls = cc;
+        if (!declared_too_large(s, c)) return MHD_YES;
+        /* answer before reading a body that will be refused anyway; MHD closes the connection after */
+        srv_error e;
+        srv_fail(&e, 413, NULL, "request_too_large", "the request body is over the limit of %zu bytes",
+                 s->opt.max_body);
+        return srv_send_error(s, c, cc, &e);
+    }
+    if (*upload_data_size) {
+        append_body(s, cc, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(s, c, cc, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    srv_conn *cc = *con_cls;
+    if (!cc) return;
+    free(cc->body);
+    free(cc);
+    *con_cls = NULL;
+}
+
+static int start_daemon(srv_server *s, kiln_error *err) {
+    const char *host = s->opt.host ? s->opt.host : "127.0.0.1";
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->opt.port);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int rc = getaddrinfo(host, port, &hints, &ai);
+    if (rc) return kiln_fail(err, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    s->daemon = MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_CONNECTION_LIMIT, 512u, MHD_OPTION_CONNECTION_TIMEOUT, 300u,
+                                 MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) return kiln_fail(err, "cannot listen on %s port %d (in use, or not an address here?)", host,
+                                     s->opt.port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : s->opt.port;
+    return 0;
+}
+
+srv_server *srv_start(kiln_model *m, const kiln_sched_params *sp, const srv_options *o, kiln_error *err) {
+    srv_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        kiln_fail(err, "out of memory");
+        return NULL;
+    }
+    s->model = m;
+    s->opt = *o;
+    int train = kiln_model_n_ctx_train(m);
+    s->n_ctx = sp->n_ctx ? sp->n_ctx : train > 0 && train < 4096 ? train : 4096; /* the scheduler's default */
+    srv_metrics_init(&s->metrics);
+    pthread_rwlock_init(&s->sched_lock, NULL);
+    if (!(s->sched = kiln_sched_new(m, sp, err)) || start_daemon(s, err)) {
+        if (s->sched) kiln_sched_free(s->sched);
+        pthread_rwlock_destroy(&s->sched_lock);
+        srv_metrics_destroy(&s->metrics);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int srv_port(const srv_server *s) {
+    return s->port;
+}
+
+void srv_stop(srv_server *s) {
+    MHD_socket listener = MHD_quiesce_daemon(s->daemon);
+    pthread_rwlock_wrlock(&s->sched_lock);
+    kiln_sched_free(s->sched);
+    s->sched = NULL;
+    pthread_rwlock_unlock(&s->sched_lock);
+    MHD_stop_daemon(s->daemon);
+    if (listener != MHD_INVALID_SOCKET) close(listener);
+    pthread_rwlock_destroy(&s->sched_lock);
+    srv_metrics_destroy(&s->metrics);
+    free(s);
+}
