@@ -120,7 +120,6 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, srv_con
     if (!strcmp(method, "OPTIONS") && s->opt.cors_origin) return preflight(s, c, cc);
     const route *r = find_route(url, method, &e);
     if (!r) return srv_send_error(s, c, cc, &e);
-    cc->route = r->path;
     if (!r->public_route && !authorized(s, c)) {
         srv_fail(&e, 401, NULL, "invalid_api_key", "missing or wrong API key (send 'Authorization: Bearer KEY')");
         return srv_send_error(s, c, cc, &e);
@@ -155,9 +154,12 @@ static void append_body(srv_server *s, srv_conn *cc, const char *data, size_t n)
     cc->body[cc->len] = '\0';
 }
 
-static bool declared_too_large(const srv_server *s, struct MHD_Connection *c) {
+/* A body declared too large is refused before it is sent when the client waits for "100 Continue"; other clients
+ * send it whole before they read any answer, so it is read and dropped and refused at its end. */
+static bool refuse_early(const srv_server *s, struct MHD_Connection *c) {
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    return cl && strtoull(cl, NULL, 10) > s->opt.max_body;
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return cl && expect && !strcasecmp(expect, "100-continue") && strtoull(cl, NULL, 10) > s->opt.max_body;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -168,9 +170,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cc) {
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         cc->route = "other";
+        for (size_t i = 0; i < N_ROUTES; i++)
+            if (!strcmp(url, ROUTES[i].path)) cc->route = ROUTES[i].path;
         *con_cls = cc;
-        if (!declared_too_large(s, c)) return MHD_YES;
-        /* answer before reading a body that will be refused anyway; MHD closes the connection after */
+        if (!refuse_early(s, c)) return MHD_YES;
         srv_error e;
         srv_fail(&e, 413, NULL, "request_too_large", "the request body is over the limit of %zu bytes",
                  s->opt.max_body);
