@@ -5,27 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "server/server_impl.h"
-
-typedef struct route {
-    const char *path;
-    const char *method;
-    bool public_route; /* answered without the API key */
-} route;
-
-static const route ROUTES[] = {
-    {"/v1/chat/completions", "POST", false},
-    {"/v1/completions", "POST", false},
-    {"/v1/models", "GET", false},
-    {"/metrics", "GET", false},
-    {"/health", "GET", true},
-    {"/", "GET", true},
-};
-#define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
 
 void srv_add_common_headers(srv_server *s, struct MHD_Response *r) {
     if (!s->opt.cors_origin) return;
@@ -69,21 +52,10 @@ bool srv_client_gone(struct MHD_Connection *c) {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Compares in time that depends only on the key's length, not on where the first difference is. */
-static bool key_matches(const char *given, const char *key) {
-    size_t a = strlen(given), b = strlen(key);
-    unsigned diff = a != b;
-    for (size_t i = 0; i < b; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < a ? given[i] : 0);
-    return diff == 0;
-}
-
 static bool authorized(const srv_server *s, struct MHD_Connection *c) {
     if (!s->opt.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
-    h += 7;
-    while (*h == ' ') h++;
-    return key_matches(h, s->opt.api_key);
+    return srv_bearer_matches(h, s->opt.api_key);
 }
 
 static enum MHD_Result preflight(srv_server *s, struct MHD_Connection *c, srv_conn *cc) {
@@ -99,26 +71,11 @@ static enum MHD_Result preflight(srv_server *s, struct MHD_Connection *c, srv_co
     return ret;
 }
 
-/* The route for url and method, or an error (404 unknown path, 405 wrong method). */
-static const route *find_route(const char *url, const char *method, srv_error *e) {
-    const route *path_match = NULL;
-    for (size_t i = 0; i < N_ROUTES; i++) {
-        if (strcmp(url, ROUTES[i].path)) continue;
-        path_match = &ROUTES[i];
-        if (!strcmp(method, ROUTES[i].method)) return path_match;
-    }
-    if (path_match)
-        srv_fail(e, 405, NULL, "method_not_allowed", "%s %s is not supported; use %s", method, url, path_match->method);
-    else
-        srv_fail(e, 404, NULL, "unknown_url", "unknown URL: %s %.200s", method, url);
-    return NULL;
-}
-
 static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, srv_conn *cc, const char *url,
                                 const char *method) {
     srv_error e;
     if (!strcmp(method, "OPTIONS") && s->opt.cors_origin) return preflight(s, c, cc);
-    const route *r = find_route(url, method, &e);
+    const srv_route *r = srv_route_find(method, url, &e);
     if (!r) return srv_send_error(s, c, cc, &e);
     if (!r->public_route && !authorized(s, c)) {
         srv_fail(&e, 401, NULL, "invalid_api_key", "missing or wrong API key (send 'Authorization: Bearer KEY')");
@@ -129,8 +86,9 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, srv_con
                  s->opt.max_body);
         return srv_send_error(s, c, cc, &e);
     }
-    if (!strcmp(r->method, "GET")) return srv_handle_get(s, c, cc, url);
-    return srv_handle_generate(s, c, cc, !strcmp(url, "/v1/chat/completions") ? SRV_CHAT : SRV_COMPLETION);
+    if (r->handler == SRV_H_CHAT) return srv_handle_generate(s, c, cc, SRV_CHAT);
+    if (r->handler == SRV_H_COMPLETION) return srv_handle_generate(s, c, cc, SRV_COMPLETION);
+    return srv_handle_get(s, c, cc, r->handler);
 }
 
 static void append_body(srv_server *s, srv_conn *cc, const char *data, size_t n) {
@@ -169,9 +127,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     srv_conn *cc = *con_cls;
     if (!cc) {
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
-        cc->route = "other";
-        for (size_t i = 0; i < N_ROUTES; i++)
-            if (!strcmp(url, ROUTES[i].path)) cc->route = ROUTES[i].path;
+        const srv_route *r = srv_route_of_path(url);
+        cc->route = r ? r->path : "other";
         *con_cls = cc;
         if (!refuse_early(s, c)) return MHD_YES;
         srv_error e;

@@ -1,4 +1,4 @@
-/* The server's shared state, for its own files (server.c, routes.c, generate.c, stream.c). */
+/* The server's shared state, for its own files (server.c, get_routes.c, generate.c, stream.c). */
 #ifndef KILN_SERVER_SERVER_IMPL_H
 #define KILN_SERVER_SERVER_IMPL_H
 
@@ -11,6 +11,7 @@
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/response.h"
+#include "server/route.h"
 #include "server/server.h"
 
 struct srv_server {
@@ -45,8 +46,8 @@ bool srv_client_gone(struct MHD_Connection *c);
 
 /* POST /v1/chat/completions and /v1/completions with the body complete. */
 enum MHD_Result srv_handle_generate(srv_server *s, struct MHD_Connection *c, srv_conn *cc, srv_endpoint ep);
-/* GET routes: /health, /v1/models, /metrics, / */
-enum MHD_Result srv_handle_get(srv_server *s, struct MHD_Connection *c, srv_conn *cc, const char *url);
+/* The GET routes: /health, /v1/models, /metrics, / */
+enum MHD_Result srv_handle_get(srv_server *s, struct MHD_Connection *c, srv_conn *cc, srv_handler h);
 
 /* Submits a job's choices (prompts[i] → choice i); -1 with e filled (and the job's choices abandoned). */
 int srv_submit(srv_server *s, srv_job *j, int32_t *const *prompts, const int *n_prompts, const srv_request *r,

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "server/request.h"
+#include "server/route.h"
 
 #define CTX 2048
 
@@ -165,11 +166,40 @@ static void test_bad_fields(void **state) {
     refused(SRV_CHAT, MSG "\"model\":5}", "model", "invalid_type");
 }
 
+static void test_routes(void **state) {
+    (void)state;
+    srv_error e;
+    const srv_route *r = srv_route_find("POST", "/v1/chat/completions", &e);
+    assert_non_null(r);
+    assert_int_equal(r->handler, SRV_H_CHAT);
+    assert_false(r->public_route);
+    assert_true(srv_route_find("GET", "/health", &e)->public_route);
+    assert_null(srv_route_find("GET", "/v1/chat/completions", &e));
+    assert_int_equal(e.status, 405);
+    assert_null(srv_route_find("POST", "/v1/chat/completions/", &e));
+    assert_int_equal(e.status, 404);
+    assert_string_equal(e.code, "unknown_url");
+    assert_null(srv_route_of_path("/nope"));
+}
+
+static void test_bearer(void **state) {
+    (void)state;
+    assert_true(srv_bearer_matches("Bearer k3y", "k3y"));
+    assert_true(srv_bearer_matches("bearer  k3y", "k3y"));
+    assert_false(srv_bearer_matches(NULL, "k3y"));
+    assert_false(srv_bearer_matches("k3y", "k3y"));
+    assert_false(srv_bearer_matches("Bearer k3", "k3y"));
+    assert_false(srv_bearer_matches("Bearer k3yy", "k3y"));
+    assert_false(srv_bearer_matches("Bearer K3y", "k3y"));
+    assert_false(srv_bearer_matches("Bearer ", "k3y"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_fields),      cmocka_unit_test(test_chat_defaults),
         cmocka_unit_test(test_max_completion_tokens_wins), cmocka_unit_test(test_completion_prompts),
         cmocka_unit_test(test_bad_bodies),       cmocka_unit_test(test_bad_fields),
+        cmocka_unit_test(test_routes),           cmocka_unit_test(test_bearer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,10 +29,10 @@ static char *metrics_text(srv_server *s) {
     return srv_metrics_render(&s->metrics, have ? &st : NULL);
 }
 
-enum MHD_Result srv_handle_get(srv_server *s, struct MHD_Connection *c, srv_conn *cc, const char *url) {
-    if (!strcmp(url, "/health")) return send_static(s, c, cc, "application/json", "{\"status\":\"ok\"}", 15);
-    if (!strcmp(url, "/v1/models")) return srv_send(s, c, cc, 200, NULL, srv_models_json(s->opt.model_id, time(NULL)));
-    if (!strcmp(url, "/metrics")) return srv_send(s, c, cc, 200, "text/plain; version=0.0.4", metrics_text(s));
+enum MHD_Result srv_handle_get(srv_server *s, struct MHD_Connection *c, srv_conn *cc, srv_handler h) {
+    if (h == SRV_H_HEALTH) return send_static(s, c, cc, "application/json", "{\"status\":\"ok\"}", 15);
+    if (h == SRV_H_MODELS) return srv_send(s, c, cc, 200, NULL, srv_models_json(s->opt.model_id, time(NULL)));
+    if (h == SRV_H_METRICS) return srv_send(s, c, cc, 200, "text/plain; version=0.0.4", metrics_text(s));
     size_t len;
     const char *page = kiln_web_index_html(&len);
     return send_static(s, c, cc, "text/html; charset=utf-8", page, len);
