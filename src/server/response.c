@@ -44,8 +44,10 @@ static char *dump(json_t *j) {
 }
 
 char *srv_error_json(const srv_error *e) {
-    return dump(json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", e->message, "type",
-                          srv_error_type(e->status), "param", e->param[0] ? e->param : NULL, "code", e->code));
+    /* the message may quote the client's bytes (a JSON parse error, a role), cut anywhere */
+    json_t *message = text_json(e->message, strlen(e->message));
+    return dump(json_pack("{s:{s:o, s:s, s:s?, s:s?}}", "error", "message", message, "type", srv_error_type(e->status),
+                          "param", e->param[0] ? e->param : NULL, "code", e->code));
 }
 
 const char *srv_finish_reason(kiln_finish f) {

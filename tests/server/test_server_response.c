@@ -63,6 +63,10 @@ static void test_error_shape(void **state) {
     assert_string_equal(str_at(err, "type"), "server_error");
     assert_true(json_is_null(json_object_get(err, "param")) && json_is_null(json_object_get(err, "code")));
     json_decref(j);
+    srv_fail(&e, 400, NULL, "invalid_json", "near '\xcd\x9b\xa3'"); /* the client's broken bytes, quoted */
+    j = load(srv_error_json(&e));
+    assert_string_equal(str_at(json_object_get(j, "error"), "message"), "near '\xcd\x9b\xef\xbf\xbd'");
+    json_decref(j);
 }
 
 /* A finished choice "Hello!" made of tokens 0, 1, 3 and a last flush. */
