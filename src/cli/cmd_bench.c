@@ -7,6 +7,7 @@
 #include "cli/gen_opts.h"
 #include "cli/membw.h"
 #include "cuda/cuda_backend.h"
+#include "engine/engine.h"
 #include "kiln.h"
 
 int cmd_bench(int argc, char **argv);
@@ -14,18 +15,20 @@ int cmd_bench(int argc, char **argv);
 typedef struct bench_opts {
     gen_opts g;
     long n_prompt, n_gen, reps;
-    int json;
+    int json, profile;
 } bench_opts;
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: kiln bench -m MODEL [-p 512] [-n 128] [--threads N] [--json]\n\n"
+    fprintf(out, "usage: kiln bench -m MODEL [-p 512] [-n 128] [--threads N] [--json] [--profile]\n\n"
                  "Measures prompt processing (one batch of -p tokens) and decoding (-n tokens one at a time from an\n"
                  "empty context), then the machine's memory read bandwidth with the same thread count; reports\n"
                  "decode bandwidth fraction = weight bytes read per token x decode tok/s / bandwidth.\n"
                  "  -p N                     prompt tokens (default 512; 0 skips)\n"
                  "  -n N                     generated tokens (default 128; 0 skips)\n"
                  "  -r, --reps N             repetitions, the best is reported (default 3)\n"
-                 "  --json                   print one JSON object on stdout\n");
+                 "  --json                   print one JSON object on stdout\n"
+                 "  --profile                with --device cuda: time every op of 16 decode steps and of one prompt\n"
+                 "                           batch (eager launches), with bytes moved and %% of copy bandwidth\n");
     gen_opts_usage(out, 0);
 }
 
@@ -39,6 +42,7 @@ static int parse_args(bench_opts *o, int argc, char **argv) {
             usage(stdout);
             exit(0);
         } else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--profile")) o->profile = 1;
         else if (i + 1 < argc && !strcmp(a, "-p")) {
             if (gen_parse_int(a, argv[++i], 0, 1 << 20, &o->n_prompt)) return -1;
         } else if (i + 1 < argc && !strcmp(a, "-n")) {
@@ -70,10 +74,22 @@ static double time_prompt(kiln_context *c, const int32_t *ids, int n) {
     return now_ms() - t0;
 }
 
-/* Milliseconds for n tokens decoded one at a time from position 0. */
+/* Milliseconds for n tokens decoded one at a time from position 0. On the GPU: greedy, each token fed back from the
+ * device's argmax as `kiln run --temp 0` does; on the CPU: the given ids. */
 static double time_decode(kiln_context *c, const int32_t *ids, int n) {
     char err[512];
     double t0 = now_ms();
+    if (kiln_context_device(c) == KILN_DEVICE_CUDA) {
+        kiln_error e = {{0}};
+        int32_t tok = ids[0];
+        c->n_past = 0;
+        for (int i = 0; i < n; i++)
+            if (kiln_ctx_decode_greedy(c, tok, &tok, &e)) {
+                fprintf(stderr, "error: %s\n", e.msg);
+                return -1;
+            }
+        return now_ms() - t0;
+    }
     for (int i = 0; i < n; i++)
         if (kiln_eval(c, &ids[i], 1, i, NULL, false, err, sizeof err)) {
             fprintf(stderr, "error: %s\n", err);
@@ -118,6 +134,34 @@ fail:
     return -1;
 }
 
+/* Per-op times of 16 greedy decode steps and of one prompt batch on the GPU, against the copy bandwidth. */
+static int profile_cuda(const bench_opts *o, kiln_context *c, double bw) {
+    enum { STEPS = 16 };
+    int n_vocab = kiln_model_n_vocab(kiln_context_model(c)), n_prompt = (int)o->n_prompt;
+    kiln_error e = {{0}};
+    int32_t *ids = malloc(sizeof *ids * (size_t)(n_prompt > STEPS ? n_prompt : STEPS));
+    if (!ids) return -1;
+    for (int i = 0; i < (n_prompt > STEPS ? n_prompt : STEPS); i++) ids[i] = (int32_t)((1000 + 7919 * i) % n_vocab);
+    int rc = kiln_cuda_context_set_profile(c->cuda, true, &e) ||
+             kiln_cuda_generate_greedy(c->cuda, ids[0], 0, STEPS, ids, &e);
+    if (!rc) {
+        printf("profile of a decode step (eager launches timed with events, mean of %d):\n", STEPS);
+        kiln_cuda_profile_print(c->cuda, STEPS, bw, stdout);
+    }
+    if (!rc && n_prompt > 1) {
+        rc = kiln_cuda_context_set_profile(c->cuda, true, &e) || kiln_cuda_eval(c->cuda, ids, n_prompt, 0, NULL, &e);
+        if (!rc) {
+            printf("profile of a %d-token prompt:\n", n_prompt);
+            kiln_cuda_profile_print(c->cuda, 1, bw, stdout);
+        }
+    }
+    if (!rc) rc = kiln_cuda_context_set_profile(c->cuda, false, &e);
+    c->n_past = 0;
+    free(ids);
+    if (rc) fprintf(stderr, "error: %s\n", e.msg);
+    return rc ? -1 : 0;
+}
+
 static void report(const bench_opts *o, kiln_context *c, const bench_result *r) {
     const kiln_model *m = kiln_context_model(c);
     double pp = o->n_prompt ? o->n_prompt * 1e3 / r->pp_ms : 0, tg = o->n_gen ? o->n_gen * 1e3 / r->tg_ms : 0;
@@ -160,8 +204,10 @@ int cmd_bench(int argc, char **argv) {
     kiln_context *c;
     if (gen_opts_open(&o.g, &m, &c)) return 1;
     bench_result r;
+    if (o.profile && kiln_context_device(c) != KILN_DEVICE_CUDA) fprintf(stderr, "warning: --profile needs --device cuda\n");
     int rc = measure(&o, c, &r);
     if (!rc) report(&o, c, &r);
+    if (!rc && o.profile && kiln_context_device(c) == KILN_DEVICE_CUDA) rc = profile_cuda(&o, c, r.bw);
     kiln_context_free(c);
     kiln_model_close(m);
     return rc ? 1 : 0;

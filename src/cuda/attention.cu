@@ -17,7 +17,8 @@ __global__ void __launch_bounds__(32 * ATTN_WARPS)
     int head = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int n_pos = *d_pos + t + 1;
-    int chunk = (n_pos + a.n_split - 1) / a.n_split;
+    /* slices of at least min_chunk positions: while the context is short, the later blocks find theirs empty */
+    int chunk = max(max(a.min_chunk, 1), (n_pos + a.n_split - 1) / a.n_split);
     int begin = split * chunk, end = min(n_pos, begin + chunk);
     int kvh = head / (a.n_head / a.n_head_kv);
     const float *qh = q + ((int64_t)t * a.n_head + head) * HD;

@@ -24,7 +24,8 @@ typedef struct kiln_cuda_context kiln_cuda_context;
 int kiln_cuda_probe(char *desc, size_t desc_size, kiln_error *err);
 
 /* Uploads every weight to the current GPU (one allocation; the tied head shares the embedding). cfg is copied;
- * w is only read during the call.
+ * w is only read during the call, except with KILN_GPU_DEBUG=1 in the environment: then w must outlive the model,
+ * and every decode step of its contexts is checked op by op against the CPU (see docs/cuda.md).
  * A model that does not fit says how many bytes it needs and how many are free. */
 int kiln_cuda_model_load(const kiln_config *cfg, const kiln_weights *w, kiln_cuda_model **out, kiln_error *err);
 void kiln_cuda_model_free(kiln_cuda_model *cm);
@@ -44,6 +45,16 @@ int kiln_cuda_eval(kiln_cuda_context *ctx, const int32_t *tokens, int n, int pos
  * the n_gen generated ids. One replay of the captured decode step per token; only the id crosses to the host. */
 int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int n_gen, int32_t *out,
                               kiln_error *err);
+
+/* One greedy step for a loop that looks at each token before going on (stop conditions, streaming): feeds token
+ * at pos and writes the argmax of its logits to *next; only the id crosses to the host. The following step (feeding
+ * *next at pos + 1) is queued on the device before returning, so a call with exactly those arguments finds it done
+ * or running; any other call or kiln_cuda_eval discards it (its KV row is rewritten before it is read). The
+ * context's logits are not copied: a caller that needs them uses kiln_cuda_eval. */
+int kiln_cuda_decode_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int32_t *next, kiln_error *err);
+
+/* Under KILN_GPU_DEBUG=1: how many decode steps so far had an op diverge from the CPU; -1 when debugging is off. */
+int kiln_cuda_context_debug_diverged(const kiln_cuda_context *ctx);
 
 /* Whether decode steps replay a captured CUDA graph (false after a capture failure: eager launches). */
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *ctx);

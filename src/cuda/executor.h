@@ -23,6 +23,7 @@ struct kiln_cuda_model {
     const float *rope_freq; /* rope_dim / 2 angles per position */
     kiln_cuda_layer *layers;
     size_t max_matrix_elems; /* the largest layer matrix: the F16 staging size for prefill GEMMs */
+    const kiln_weights *host; /* KILN_GPU_DEBUG=1 at load: the host weights, kept for the per-op checks */
 };
 
 /* Ops as the profile groups them. */
@@ -59,5 +60,23 @@ kiln_cuda_profile *kiln_cuda_context_profile(kiln_cuda_context *ctx);
 void kiln_cuda_profile_mark(kiln_cuda_profile *p, kiln_cuda_op op, uint64_t bytes, cudaStream_t stream);
 /* Adds the closed pass's times to the sums (after the stream has finished). */
 void kiln_cuda_profile_collect(kiln_cuda_profile *p);
+
+/* KILN_GPU_DEBUG=1 (debug.c): each op of a one-token pass checked against the CPU from the GPU's inputs. */
+typedef struct kiln_cuda_debug kiln_cuda_debug;
+
+/* The device buffers the ops of a one-token pass read and write. */
+typedef struct kiln_cuda_debug_view {
+    const float *x, *h, *q, *k, *v, *attn, *ff, *logits;
+    const void *act_q, *k_cache, *v_cache;
+    const int32_t *d_tokens, *d_pos;
+    int n_ctx;
+} kiln_cuda_debug_view;
+
+kiln_cuda_debug *kiln_cuda_debug_new(const kiln_cuda_model *cm, const kiln_cuda_debug_view *view, cudaStream_t stream);
+void kiln_cuda_debug_free(kiln_cuda_debug *d);
+/* At the start of op in layer (KILN_OP_COUNT: the pass has ended): waits for the stream, checks the op that just
+ * ended against the CPU, saves the inputs of the next. The first divergence of a pass and a summary go to stderr. */
+void kiln_cuda_debug_mark(kiln_cuda_debug *d, kiln_cuda_op op, int layer, bool greedy);
+int kiln_cuda_debug_diverged(const kiln_cuda_debug *d);
 
 #endif

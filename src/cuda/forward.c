@@ -11,7 +11,6 @@
 
 #include "cuda/executor.h"
 
-#define DECODE_SPLITS 16 /* attention slices per head for one token: enough blocks to fill the GPU at 8+ heads */
 #define Q8_1_BYTES 36    /* one block_q8_1 per 32 activations */
 
 struct kiln_cuda_context {
@@ -24,6 +23,9 @@ struct kiln_cuda_context {
     int32_t *h_io;     /* pinned staging of d_io */
     int32_t *h_tokens; /* pinned: two slots, so one step's id is read while the next step runs */
     cudaEvent_t token_ready[2];
+    int ahead_slot;    /* kiln_cuda_decode_greedy: the step queued ahead writes h_tokens[ahead_slot], */
+    bool ahead;        /* while ahead is set; it was fed ahead_token at ahead_pos */
+    int32_t ahead_token, ahead_pos;
     float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
     void *act_q;       /* Q8_1 of the current GEMV input (one token) */
     void *act_f16;     /* F16 of the current GEMM input (a batch) */
@@ -32,11 +34,19 @@ struct kiln_cuda_context {
     cudaGraphExec_t graph[2]; /* the decode step: [0] leaves logits, [1] greedy (argmax fed back, position advanced) */
     bool graph_tried[2], graph_ok[2];
     kiln_cuda_profile *prof; /* while profiling: every op timed, no graph */
+    kiln_cuda_debug *debug;  /* KILN_GPU_DEBUG=1: every op of a decode step checked on the CPU, no graph */
+    bool debug_pass;         /* the pass running now is checked (one token) */
 };
 
 static uint64_t mbytes(const kiln_cuda_matrix *m) { return (uint64_t)m->row_bytes * (uint64_t)m->n; }
 
-#define MARK(c, op, bytes) kiln_cuda_profile_mark((c)->prof, op, bytes, (c)->stream)
+/* The start of op in layer: a profile boundary, and a checkpoint under KILN_GPU_DEBUG. */
+static void mark(kiln_cuda_context *c, kiln_cuda_op op, int layer, uint64_t bytes, bool greedy) {
+    kiln_cuda_profile_mark(c->prof, op, bytes, c->stream);
+    if (c->debug_pass) kiln_cuda_debug_mark(c->debug, op, layer, greedy);
+}
+
+#define MARK(c, op, l, bytes) mark(c, op, l, bytes, false)
 
 static int cuda_error(kiln_error *err, const char *what, cudaError_t e) {
     return kiln_fail(err, "CUDA %s: %s", what, cudaGetErrorString(e));
@@ -49,7 +59,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     const kiln_config *cfg = &c->cm->cfg;
     size_t T = (size_t)c->n_batch, qd = (size_t)kiln_config_q_dim(cfg), kvd = (size_t)kiln_config_kv_dim(cfg);
     size_t widest = max3((size_t)cfg->n_embd, qd, (size_t)cfg->n_ff);
-    size_t splits_x_tokens = T > DECODE_SPLITS ? T : DECODE_SPLITS;
+    size_t splits_x_tokens = T > KILN_CUDA_DECODE_SPLITS ? T : KILN_CUDA_DECODE_SPLITS;
     size_t cache = (size_t)cfg->n_layer * kvd * (size_t)c->n_ctx * 2;
     struct { void **p; size_t bytes; } bufs[] = {
         {(void **)&c->d_io, sizeof(int32_t) * (T + 1)},
@@ -107,6 +117,15 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
             return kiln_fail(err, "cuBLAS could not start");
         }
     }
+    if (cm->host) {
+        kiln_cuda_debug_view v = {c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->logits, c->act_q,
+                                  c->k_cache, c->v_cache, c->d_tokens, c->d_pos, n_ctx};
+        if (!(c->debug = kiln_cuda_debug_new(cm, &v, c->stream))) {
+            kiln_cuda_context_free(c);
+            return kiln_fail(err, "out of memory for KILN_GPU_DEBUG");
+        }
+        fprintf(stderr, "kiln: KILN_GPU_DEBUG=1: each decode step runs op by op and is checked against the CPU (slow)\n");
+    }
     *out = c;
     return 0;
 }
@@ -141,6 +160,7 @@ void kiln_cuda_context_free(kiln_cuda_context *c) {
     for (int i = 0; i < 2; i++)
         if (c->graph[i]) cudaGraphExecDestroy(c->graph[i]);
     if (c->blas) cublasDestroy(c->blas);
+    kiln_cuda_debug_free(c->debug);
     void *bufs[] = {c->d_io, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits,
                     c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
@@ -150,6 +170,10 @@ void kiln_cuda_context_free(kiln_cuda_context *c) {
     if (c->h_io) cudaFreeHost(c->h_io);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
+}
+
+int kiln_cuda_context_debug_diverged(const kiln_cuda_context *c) {
+    return c->debug ? kiln_cuda_debug_diverged(c->debug) : -1;
 }
 
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *c) { return c->graph_ok[0] || c->graph_ok[1]; }
@@ -205,22 +229,23 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     const kiln_cuda_layer *L = &c->cm->layers[l];
     /* the norm quantizes h for the Q/K/V GEMVs when one token runs and the weights are quantized */
     void *hq = quantized_input(c, &L->wq, T);
-    MARK(c, KILN_OP_NORM, 0);
+    MARK(c, KILN_OP_NORM, l, 0);
     kiln_cuda_rmsnorm(c->x, NULL, L->attn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
-    MARK(c, KILN_OP_QKV, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
+    MARK(c, KILN_OP_QKV, l, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
     if (qkv(c, L, hq, T)) return -1;
     size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
     void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
     kiln_cuda_rope_args ra = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, c->n_ctx,
                               cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim), c->cm->rope_freq};
-    MARK(c, KILN_OP_ROPE, 0);
+    MARK(c, KILN_OP_ROPE, l, 0);
     kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
-    int splits = T >= DECODE_SPLITS ? 1 : DECODE_SPLITS / T;
-    kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits};
+    int splits = T >= KILN_CUDA_DECODE_SPLITS ? 1 : KILN_CUDA_DECODE_SPLITS / T;
+    kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits,
+                              T == 1 ? KILN_CUDA_DECODE_MIN_CHUNK : 1};
     void *attn_q = quantized_input(c, &L->wo, T);
-    MARK(c, KILN_OP_ATTENTION, 0);
+    MARK(c, KILN_OP_ATTENTION, l, 0);
     if (kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, attn_q, c->stream)) return -1;
-    MARK(c, KILN_OP_WO, mbytes(&L->wo));
+    MARK(c, KILN_OP_WO, l, mbytes(&L->wo));
     return matmul(c, &L->wo, c->attn, attn_q, T, c->x, true);
 }
 
@@ -228,9 +253,9 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     const kiln_config *cfg = &c->cm->cfg;
     const kiln_cuda_layer *L = &c->cm->layers[l];
     void *hq = quantized_input(c, &L->gate, T);
-    MARK(c, KILN_OP_NORM, 0);
+    MARK(c, KILN_OP_NORM, l, 0);
     kiln_cuda_rmsnorm(c->x, NULL, L->ffn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
-    MARK(c, KILN_OP_GATE_UP, mbytes(&L->gate) + mbytes(&L->up));
+    MARK(c, KILN_OP_GATE_UP, l, mbytes(&L->gate) + mbytes(&L->up));
     bool fused = T == 1 && L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes;
     if (fused) {
         if (kiln_cuda_gemv_swiglu(&L->gate, &L->up, hq, c->h, c->ff, c->stream)) return -1;
@@ -239,7 +264,7 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
             return -1;
         kiln_cuda_swiglu(c->ff, c->ff2, c->ff, (int64_t)T * cfg->n_ff, c->stream);
     }
-    MARK(c, KILN_OP_DOWN, mbytes(&L->down));
+    MARK(c, KILN_OP_DOWN, l, mbytes(&L->down));
     return matmul(c, &L->down, c->ff, NULL, T, c->x, true);
 }
 
@@ -248,22 +273,24 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
 static int forward(kiln_cuda_context *c, int T, bool greedy) {
     kiln_cuda_model *cm = c->cm;
     const kiln_config *cfg = &cm->cfg;
-    MARK(c, KILN_OP_EMBED, (uint64_t)T * cm->token_embd.row_bytes);
+    c->debug_pass = c->debug && T == 1;
+    MARK(c, KILN_OP_EMBED, 0, (uint64_t)T * cm->token_embd.row_bytes);
     if (kiln_cuda_get_rows(&cm->token_embd, c->d_tokens, T, c->x, c->stream)) return -1;
     for (int l = 0; l < cfg->n_layer; l++)
         if (attention_block(c, l, T) || ffn_block(c, l, T)) return -1;
     float *last = c->x + (size_t)(T - 1) * cfg->n_embd;
     void *hq = kiln_cuda_type_uses_q8_1(cm->output.type) ? c->act_q : NULL;
-    MARK(c, KILN_OP_NORM, 0);
+    int top = cfg->n_layer; /* the final norm and the head, as a layer past the last */
+    MARK(c, KILN_OP_NORM, top, 0);
     kiln_cuda_rmsnorm(last, NULL, cm->output_norm, c->h, hq, cfg->n_embd, 1, cfg->rms_eps, c->stream);
-    MARK(c, KILN_OP_HEAD, mbytes(&cm->output));
+    MARK(c, KILN_OP_HEAD, top, mbytes(&cm->output));
     if (kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;
-    MARK(c, KILN_OP_ARGMAX, 0);
+    mark(c, KILN_OP_ARGMAX, top, 0, greedy);
     if (greedy) {
         kiln_cuda_argmax(c->logits, cfg->n_vocab, c->d_tokens, c->stream);
         kiln_cuda_advance_pos(c->d_pos, 1, c->stream);
     }
-    MARK(c, KILN_OP_COUNT, 0);
+    mark(c, KILN_OP_COUNT, top, 0, greedy);
     return 0;
 }
 
@@ -287,8 +314,8 @@ static void capture_decode_graph(kiln_cuda_context *c, int greedy);
 
 /* One decode step: the captured graph when there is one, else eager launches (timed ones while profiling). */
 static int decode_step(kiln_cuda_context *c, int greedy) {
-    if (!c->graph_tried[greedy] && !c->prof) capture_decode_graph(c, greedy);
-    if (c->prof) {
+    if (!c->graph_tried[greedy] && !c->prof && !c->debug) capture_decode_graph(c, greedy);
+    if (c->prof || c->debug) {
         int rc = forward(c, 1, greedy);
         cudaStreamSynchronize(c->stream);
         kiln_cuda_profile_collect(c->prof);
@@ -299,6 +326,7 @@ static int decode_step(kiln_cuda_context *c, int greedy) {
 }
 
 int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err) {
+    c->ahead = false; /* a step queued ahead by kiln_cuda_decode_greedy runs first and is overwritten */
     if (n < 1 || pos < 0 || pos + n > c->n_ctx)
         return kiln_fail(err, "tokens %d..%d do not fit the context of %d positions", pos, pos + n - 1, c->n_ctx);
     for (int i = 0; i < n; i++)
@@ -343,6 +371,7 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
     if (pos < 0 || pos + n_gen > c->n_ctx)
         return kiln_fail(err, "generating %d tokens from position %d overflows the context of %d", n_gen, pos, c->n_ctx);
     if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
+    c->ahead = false;
     if (set_inputs(c, &token, 1, pos, err)) return -1;
     /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
     for (int i = 0; i <= n_gen; i++) {
@@ -358,4 +387,36 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
         }
     }
     return check_launches(c, err);
+}
+
+/* Queues a greedy step whose id lands in h_tokens[slot] when token_ready[slot] fires. */
+static int queue_greedy_step(kiln_cuda_context *c, int slot) {
+    if (decode_step(c, 1)) return -1;
+    cudaError_t e = cudaMemcpyAsync(&c->h_tokens[slot], c->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(c->token_ready[slot], c->stream);
+    return e == cudaSuccess ? 0 : -1;
+}
+
+int kiln_cuda_decode_greedy(kiln_cuda_context *c, int32_t token, int pos, int32_t *next, kiln_error *err) {
+    if (pos < 0 || pos >= c->n_ctx) return kiln_fail(err, "position %d is outside the context of %d", pos, c->n_ctx);
+    if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
+    bool queued = c->ahead && c->ahead_pos == pos && c->ahead_token == token;
+    c->ahead = false;
+    if (!queued) {
+        c->ahead_slot ^= 1;
+        if (set_inputs(c, &token, 1, pos, err)) return -1;
+        if (queue_greedy_step(c, c->ahead_slot)) return kiln_fail(err, "CUDA decode step failed to launch");
+    }
+    int slot = c->ahead_slot;
+    cudaError_t e = cudaEventSynchronize(c->token_ready[slot]);
+    if (e != cudaSuccess) return cuda_error(err, "decode step", e);
+    *next = c->h_tokens[slot];
+    /* the likely next call feeds *next at pos + 1: the step's graph already left both in device memory */
+    if (pos + 1 < c->n_ctx && !c->prof && !c->debug) {
+        c->ahead_slot ^= 1;
+        if (queue_greedy_step(c, c->ahead_slot)) return kiln_fail(err, "CUDA decode step failed to launch");
+        c->ahead = true, c->ahead_token = *next, c->ahead_pos = pos + 1;
+    }
+    e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : cuda_error(err, "decode step", e);
 }

@@ -103,8 +103,14 @@ void kiln_cuda_rope_store(const kiln_cuda_rope_args *a, float *q, const float *k
  * KILN_CUDA_PREFILL_ATTENTION_MIN tokens or more (without out_q) take a tiled kernel instead, which needs no part. */
 #define KILN_CUDA_PREFILL_ATTENTION_MIN 256 /* H100: slower than per-token at 128 tokens, 3-13% faster pp512 */
 
+/* The decode step's split: up to KILN_CUDA_DECODE_SPLITS slices per head, each of at least
+ * KILN_CUDA_DECODE_MIN_CHUNK positions (bench_cuda_attention measures both; docs/cuda.md has the numbers). */
+#define KILN_CUDA_DECODE_SPLITS 16
+#define KILN_CUDA_DECODE_MIN_CHUNK 1
+
 typedef struct kiln_cuda_attn_args {
     int n_head, n_head_kv, head_dim, n_ctx, n_split;
+    int min_chunk; /* positions per slice at least (0 or 1: none); fewer slices run while *d_pos is small */
 } kiln_cuda_attn_args;
 
 int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,

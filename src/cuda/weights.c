@@ -104,6 +104,8 @@ int kiln_cuda_model_load(const kiln_config *cfg, const kiln_weights *w, kiln_cud
         return kiln_fail(err, "out of memory");
     }
     cm->cfg = *cfg;
+    const char *debug = getenv("KILN_GPU_DEBUG");
+    if (debug && strcmp(debug, "0") && debug[0]) cm->host = w;
     upload sizing = {NULL, 0, NULL, 0, cudaSuccess};
     place_all(cm, w, &sizing);
     size_t free_b = 0, total_b = 0;

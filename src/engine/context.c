@@ -130,3 +130,14 @@ int kiln_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits
     }
     return 0;
 }
+
+bool kiln_ctx_greedy_on_device(const kiln_context *c, const kiln_sampling_params *p) {
+    return c->cuda && p->temperature <= 0 && p->n_top_logprobs == 0 && p->repeat_penalty == 1.0f &&
+           p->presence_penalty == 0 && p->frequency_penalty == 0;
+}
+
+int kiln_ctx_decode_greedy(kiln_context *c, int32_t token, int32_t *next, kiln_error *err) {
+    if (kiln_cuda_decode_greedy(c->cuda, token, c->n_past, next, err)) return -1;
+    c->tokens[c->n_past++] = token;
+    return 0;
+}

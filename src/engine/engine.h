@@ -87,5 +87,7 @@ void kiln_gen_free(kiln_gen *g);
  * to evaluate at position n_past; 1 when the request is finished (res.finish set, remaining text flushed); -1 on
  * error. */
 int kiln_gen_next(kiln_gen *g, const float *logits, int n_past, int32_t *next, kiln_error *err);
+/* kiln_gen_next for a token chosen elsewhere (greedy on the GPU); info may be NULL. */
+int kiln_gen_take(kiln_gen *g, int32_t tok, const kiln_sample_info *info, int n_past, int32_t *next, kiln_error *err);
 
 #endif

@@ -86,11 +86,17 @@ int kiln_gen_next(kiln_gen *g, const float *logits, int n_past, int32_t *next, k
     if (p->max_tokens >= 0 && g->res.n_generated >= p->max_tokens) return finish(g, KILN_FINISH_LENGTH, err);
     kiln_sample_info info;
     int32_t tok = kiln_sampler_sample(g->sampler, logits, want_info ? &info : NULL);
+    return kiln_gen_take(g, tok, want_info ? &info : NULL, n_past, next, err);
+}
+
+int kiln_gen_take(kiln_gen *g, int32_t tok, const kiln_sample_info *info, int n_past, int32_t *next, kiln_error *err) {
+    const kiln_generate_params *p = g->params;
+    if (p->max_tokens >= 0 && g->res.n_generated >= p->max_tokens) return finish(g, KILN_FINISH_LENGTH, err);
     if (kiln_token_is_eog(g->model->tok, tok)) return finish(g, KILN_FINISH_EOG, err);
     g->res.n_generated++;
     kiln_sampler_accept(g->sampler, tok);
     int stop;
-    if (push_token(g, tok, want_info ? &info : NULL, &stop, err)) return -1;
+    if (push_token(g, tok, info, &stop, err)) return -1;
     if (g->stop_hit) return finish(g, KILN_FINISH_STOP, err);
     if (stop) return finish(g, KILN_FINISH_CALLBACK, err);
     /* unlimited max_tokens ran into the end of the context */

@@ -31,10 +31,15 @@ static int run(kiln_gen *g, kiln_context *c, const int32_t *prompt, int n_prompt
         return -1;
     double t1 = now_ms();
     g->res.prefill_ms = t1 - t0;
-    int32_t tok;
+    /* greedy on the GPU: each step's argmax stays on the device and only its id comes back */
+    bool device_greedy = kiln_ctx_greedy_on_device(c, &g->params->sampling);
+    int32_t tok, chosen = -1;
     int rc;
-    while ((rc = kiln_gen_next(g, c->logits, c->n_past, &tok, err)) == 0)
-        if (kiln_ctx_eval(c, &tok, 1, c->n_past, NULL, false, err)) return -1;
+    while ((rc = chosen >= 0 ? kiln_gen_take(g, chosen, NULL, c->n_past, &tok, err)
+                             : kiln_gen_next(g, c->logits, c->n_past, &tok, err)) == 0)
+        if (device_greedy ? kiln_ctx_decode_greedy(c, tok, &chosen, err)
+                          : kiln_ctx_eval(c, &tok, 1, c->n_past, NULL, false, err))
+            return -1;
     g->res.decode_ms = now_ms() - t1;
     return rc < 0 ? -1 : 0;
 }

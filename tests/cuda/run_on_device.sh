@@ -1,11 +1,16 @@
 #!/bin/bash
 # Runs the CUDA tests and benchmarks on a GPU machine from binaries built elsewhere and copied into .devrun/
-# (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, models/: test models).
-# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [gemv] [ncu] [model] [synth] [kiln] [decode MODEL...]
-# (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf)
+# (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, py/: the gguf package; the three
+# may come packed as pkg.tar.xz; models/: test models, smollm2-vocab.gguf: the default model's tokenizer alone).
+# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [gemv] [attention] [ncu]
+#        [model] [synth] [kiln] [debug] [default] [decode MODEL...]
+# (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
+# at /root/kiln-m/a from an earlier call on the same machine and its rest in .devrun/models/default.b: too big for
+# one call's carry)
 set -u
 out=$1; shift
 root=$(cd "$(dirname "$0")/../.." && pwd)
+[ -e "$root/.devrun/pkg.tar.xz" ] && tar -xJf "$root/.devrun/pkg.tar.xz" -C "$root/.devrun"
 export LD_LIBRARY_PATH=$root/.devrun/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 for d in $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, n, "lib") for p in nvidia.__path__ for n in os.listdir(p)))' 2>/dev/null); do
     LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
@@ -19,6 +24,9 @@ while [ $# -gt 0 ]; do
     kernels) run "$bin/cuda_kernels" ;;
     memcheck) run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_kernels" ;;
     racecheck) run compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/cuda_kernels" ;;
+    memcheck-model) export KILN_CUDA_TEST_MODELS="$root/.devrun/models/tiny-qwen2-q4km.gguf"
+        run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_model" ;;
+    attention) run "$bin/bench_cuda_attention" ;;
     gemv) run "$bin/bench_cuda_gemv" 4096 14336; run "$bin/bench_cuda_gemv" 14336 4096 ;;
     ncu) # hardware counters of a Q4_K GEMV from the bench (the Q4_K one: 8 quantized runs of 68 calls come first)
         ncu --kernel-name regex:gemv_q_kernel --launch-skip 550 --launch-count 1 --section SpeedOfLight \
@@ -30,17 +38,34 @@ while [ $# -gt 0 ]; do
         for shape in qwen2-1.5b llama3-8b; do
             [ -e /tmp/$shape.gguf ] || PYTHONPATH=$root/.devrun/py run python3 "$root/tests/cuda/make_model.py" $shape q4_k_m /tmp/$shape.gguf
         done ;;
-    kiln) # the CLI end to end: kiln synth files, kiln bench on the GPU, greedy text on GPU and CPU compared
-        vocab=$root/.devrun/models/vocab-spm.gguf.vocab
+    kiln) # the CLI end to end: kiln synth files, kiln bench on the GPU with its profile, greedy text on GPU and CPU
+        vocab=$root/.devrun/models/smollm2-vocab.gguf
         for shape in smollm2-135m qwen2-1.5b; do
             [ -e /tmp/kiln-$shape.gguf ] || run "$bin/kiln" synth --shape $shape --type q4_k_m --vocab-from "$vocab" -o /tmp/kiln-$shape.gguf --quiet
-            run "$bin/kiln" bench -m /tmp/kiln-$shape.gguf --device cuda
+            run "$bin/kiln" bench -m /tmp/kiln-$shape.gguf --device cuda --profile
         done
         for dev in cuda cpu; do
             "$bin/kiln" run -m /tmp/kiln-smollm2-135m.gguf --device $dev --temp 0 -n 48 -p "The quick brown fox" > "$out/greedy-$dev.txt" 2>>"$out/log.txt"
         done
         # a note, not a failure: on random weights the two paths' different activation rounding flips near-ties
         if cmp -s "$out/greedy-cuda.txt" "$out/greedy-cpu.txt"; then echo "greedy text: cuda == cpu"; else echo "note: greedy text differs (see greedy-*.txt)"; fi ;;
+    debug) # KILN_GPU_DEBUG=1: every op of each decode step against the CPU
+        KILN_GPU_DEBUG=1 run "$bin/kiln" run -m "$root/.devrun/models/tiny-qwen2-q4km.gguf" --device cuda --temp 0 -n 4 -p "hello"
+        [ -e /tmp/kiln-smollm2-135m.gguf ] && KILN_GPU_DEBUG=1 run "$bin/kiln" run -m /tmp/kiln-smollm2-135m.gguf --device cuda --temp 0 -n 3 -p "The quick brown fox" ;;
+    default) # greedy text of the default model (trained weights) on the GPU against the CPU fast and reference paths
+        if [ -e /root/kiln-m/a ] && [ -e "$root/.devrun/models/default.b" ]; then
+            cat /root/kiln-m/a "$root/.devrun/models/default.b" > /tmp/default.gguf
+            sha256sum /tmp/default.gguf
+            for prompt in "The capital of France is" "Write a haiku about the sea." "def fibonacci(n):"; do
+                for dev in cuda cpu; do "$bin/kiln" run -m /tmp/default.gguf --device $dev --temp 0 -n 64 -p "$prompt" > "$out/default-$dev.txt" 2>>"$out/log.txt"; done
+                "$bin/kiln" run -m /tmp/default.gguf --reference --temp 0 -n 64 -p "$prompt" > "$out/default-ref.txt" 2>>"$out/log.txt"
+                for other in cpu ref; do
+                    if cmp -s "$out/default-cuda.txt" "$out/default-$other.txt"; then echo "default model, '$prompt': cuda == $other (64 tokens)"
+                    else echo "default model, '$prompt': cuda != $other"; cat "$out/default-cuda.txt"; echo; echo ---; cat "$out/default-$other.txt"; echo; fi
+                done
+            done
+            KILN_GPU_DEBUG=1 run "$bin/kiln" run -m /tmp/default.gguf --device cuda --temp 0 -n 4 -p "The capital of France is"
+        else echo "default: the model's first part is not on this machine (a fresh one): skipped"; fi ;;
     decode) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_decode" "$1"; shift; done; continue ;;
     *) echo "unknown stage $1"; status=1 ;;
     esac

@@ -1,5 +1,6 @@
 /* The CUDA executor against the CPU reference forward pass on whole models: logits after a batched prompt (the
- * cuBLAS prefill path), after single decode steps (the GEMV path), and greedy generation through the captured graph.
+ * cuBLAS prefill path), after single decode steps (the GEMV path), greedy generation through the captured graph and
+ * through the engine's one-call-per-token path, and KILN_GPU_DEBUG's per-op checks (which must all pass).
  * Models come from KILN_CUDA_TEST_MODELS (space-separated GGUF paths; tests/cuda/make_model.py makes random ones in
  * every type); without it, or without a GPU, the test skips and says why. */
 #include <setjmp.h>
@@ -100,6 +101,16 @@ static bool check_model(const char *path) {
         same += best == gen[i];
         fed = gen[i];
     }
+    /* the engine's greedy loop: one call per token, the next step queued ahead; same ids as the replayed graph */
+    int32_t tok = tokens[pos], step;
+    for (int i = 0; i < N_GREEDY; i++) {
+        if (kiln_cuda_decode_greedy(ctx, tok, pos + i, &step, &err)) fail_msg("%s", err.msg);
+        if (step != gen[i]) fail_msg("%s: decode_greedy step %d gave %d, generate_greedy %d", path, i, step, gen[i]);
+        tok = step;
+    }
+    /* a call that is not the step queued ahead discards it */
+    if (kiln_cuda_decode_greedy(ctx, tokens[pos], pos, &step, &err)) fail_msg("%s", err.msg);
+    if (step != gen[0]) fail_msg("%s: decode_greedy after a discarded step gave %d, expected %d", path, step, gen[0]);
     fprintf(stderr, "%s: logits rel err prefill %.2e, decode (max of %d) %.2e; greedy %d/%d same as cpu argmax; %s\n",
             path, e_prefill, N_DECODE, e_decode, same, N_GREEDY,
             kiln_cuda_context_uses_graph(ctx) ? "graph replay" : "eager launches");
@@ -121,6 +132,39 @@ static bool check_model(const char *path) {
     return ok;
 }
 
+/* KILN_GPU_DEBUG=1 on the first model: a prompt, decode steps and greedy steps, every op within its bound. */
+static void test_debug(void **state) {
+    if (!gpu_present()) skip();
+    const char *list = getenv("KILN_CUDA_TEST_MODELS");
+    if (!list || !*list) skip();
+    char path[4096];
+    snprintf(path, sizeof path, "%s", list);
+    strtok(path, " ");
+    kiln_error err = {{0}};
+    kiln_gguf *g = NULL;
+    kiln_config cfg;
+    kiln_weights w = {0};
+    kiln_cuda_model *cm = NULL;
+    kiln_cuda_context *ctx = NULL;
+    setenv("KILN_GPU_DEBUG", "1", 1);
+    if (kiln_gguf_open(path, &g, &err) || kiln_config_load(g, &cfg, &err) || kiln_weights_load(g, &cfg, &w, &err) ||
+        kiln_cuda_model_load(&cfg, &w, &cm, &err) || kiln_cuda_context_new(cm, N_CTX, 8, &ctx, &err))
+        fail_msg("%s: %s", path, err.msg);
+    unsetenv("KILN_GPU_DEBUG");
+    int32_t tokens[N_PROMPT], gen[4];
+    for (int i = 0; i < N_PROMPT; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (cfg.n_vocab - 1));
+    if (kiln_cuda_eval(ctx, tokens, N_PROMPT - 2, 0, NULL, &err) ||
+        kiln_cuda_eval(ctx, tokens + N_PROMPT - 2, 1, N_PROMPT - 2, NULL, &err) ||
+        kiln_cuda_generate_greedy(ctx, tokens[N_PROMPT - 1], N_PROMPT - 1, 4, gen, &err))
+        fail_msg("%s", err.msg);
+    assert_false(kiln_cuda_context_uses_graph(ctx));
+    assert_int_equal(kiln_cuda_context_debug_diverged(ctx), 0);
+    kiln_cuda_context_free(ctx);
+    kiln_cuda_model_free(cm);
+    kiln_weights_free(&w);
+    kiln_gguf_close(g);
+}
+
 static void test_models(void **state) {
     if (!gpu_present()) skip();
     const char *list = getenv("KILN_CUDA_TEST_MODELS");
@@ -137,6 +181,6 @@ static void test_models(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_models)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_models), cmocka_unit_test(test_debug)};
     return cmocka_run_group_tests_name("cuda_model", tests, NULL, NULL);
 }

@@ -1,0 +1,126 @@
+/* Decode attention (one query token) over the F16 KV cache at context lengths 128..8192, split into 1..32 slices
+ * per head, at two real shapes (llama3-8b: 32 heads over 8 KV heads; qwen2-1.5b: 12 over 2; head_dim 128): where
+ * split-K flash decoding starts to pay, and how many positions a slice should hold at least. Median of many calls
+ * (split + merge launches), timed with events; cache and queries random. The last column is the decode step's
+ * setting (KILN_CUDA_DECODE_SPLITS slices of at least KILN_CUDA_DECODE_MIN_CHUNK positions).
+ * usage: bench_cuda_attention */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
+
+#define N_CTX 8192
+#define N_CALLS 50
+#define MAX_SPLIT 32
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int check(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    return -1;
+}
+
+typedef struct shape {
+    const char *name;
+    int n_head, n_head_kv, head_dim;
+} shape;
+
+typedef struct buffers {
+    float *q, *part, *out;
+    void *kc, *vc;
+    int32_t *pos;
+} buffers;
+
+/* Random halves in [-1, 1) as raw bits: exponents 14 and below only. */
+static void fill_halves(uint16_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++) h[i] = (uint16_t)((rand() & 0x3bff) | ((rand() & 1) << 15));
+}
+
+static int alloc_buffers(const shape *s, buffers *b) {
+    size_t cache = (size_t)s->n_head_kv * N_CTX * s->head_dim, qd = (size_t)s->n_head * s->head_dim;
+    uint16_t *h = malloc(2 * cache);
+    float *hq = malloc(sizeof(float) * qd);
+    if (!h || !hq) return -1;
+    fill_halves(h, cache);
+    for (size_t i = 0; i < qd; i++) hq[i] = (float)rand() / RAND_MAX - 0.5f;
+    int rc = check(cudaMalloc((void **)&b->q, sizeof(float) * qd), "cudaMalloc q") ||
+             check(cudaMalloc((void **)&b->out, sizeof(float) * qd), "cudaMalloc out") ||
+             check(cudaMalloc((void **)&b->part, sizeof(float) * MAX_SPLIT * s->n_head * (s->head_dim + 2)), "part") ||
+             check(cudaMalloc(&b->kc, 2 * cache), "cudaMalloc k") || check(cudaMalloc(&b->vc, 2 * cache), "cudaMalloc v") ||
+             check(cudaMalloc((void **)&b->pos, sizeof(int32_t)), "cudaMalloc pos");
+    if (!rc) {
+        cudaMemcpy(b->q, hq, sizeof(float) * qd, cudaMemcpyHostToDevice);
+        cudaMemcpy(b->kc, h, 2 * cache, cudaMemcpyHostToDevice);
+        fill_halves(h, cache);
+        cudaMemcpy(b->vc, h, 2 * cache, cudaMemcpyHostToDevice);
+    }
+    free(h), free(hq);
+    return rc ? -1 : 0;
+}
+
+static void free_buffers(buffers *b) {
+    cudaFree(b->q), cudaFree(b->out), cudaFree(b->part), cudaFree(b->kc), cudaFree(b->vc), cudaFree(b->pos);
+}
+
+/* Median microseconds of one attention call for a token at position n_pos - 1. */
+static double time_attention(const shape *s, const buffers *b, int n_pos, int n_split, int min_chunk) {
+    int32_t p = n_pos - 1;
+    cudaMemcpy(b->pos, &p, sizeof p, cudaMemcpyHostToDevice);
+    kiln_cuda_attn_args a = {s->n_head, s->n_head_kv, s->head_dim, N_CTX, n_split, min_chunk};
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    float t[N_CALLS];
+    for (int i = -3; i < N_CALLS; i++) {
+        cudaEventRecord(e0, 0);
+        kiln_cuda_attention(&a, b->q, b->kc, b->vc, b->pos, 1, b->part, b->out, NULL, 0);
+        cudaEventRecord(e1, 0);
+        if (check(cudaEventSynchronize(e1), "attention")) return -1;
+        if (i >= 0) cudaEventElapsedTime(&t[i], e0, e1);
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    qsort(t, N_CALLS, sizeof *t, cmp_float);
+    return t[N_CALLS / 2] * 1e3;
+}
+
+int main(void) {
+    kiln_error err = {{0}};
+    char desc[256];
+    if (kiln_cuda_probe(desc, sizeof desc, &err)) {
+        printf("bench_cuda_attention: skipped: %s\n", err.msg);
+        return 0;
+    }
+    printf("device: %s\n", desc);
+    static const shape shapes[] = {{"llama3-8b", 32, 8, 128}, {"qwen2-1.5b", 12, 2, 128}};
+    static const int splits[] = {1, 2, 4, 8, 16, 32};
+    enum { N_SPLITS = sizeof splits / sizeof splits[0] };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *s = &shapes[si];
+        buffers b = {0};
+        if (alloc_buffers(s, &b)) return 1;
+        printf("%s (%d heads, %d KV heads, head_dim %d): us per call by slices per head\n", s->name, s->n_head,
+               s->n_head_kv, s->head_dim);
+        printf("%8s", "context");
+        for (int j = 0; j < N_SPLITS; j++) printf(" %7d", splits[j]);
+        printf(" %8s\n", "default");
+        for (int n_pos = 128; n_pos <= N_CTX; n_pos *= 2) {
+            printf("%8d", n_pos);
+            for (int j = 0; j < N_SPLITS; j++) {
+                double us = time_attention(s, &b, n_pos, splits[j], 1);
+                if (us < 0) return 1;
+                printf(" %7.1f", us);
+            }
+            double us = time_attention(s, &b, n_pos, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK);
+            if (us < 0) return 1;
+            printf(" %8.1f\n", us);
+        }
+        free_buffers(&b);
+    }
+    return 0;
+}
