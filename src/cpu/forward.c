@@ -1,5 +1,7 @@
 /* The fast forward pass: the op order of model.h over a batch of tokens, matmuls on the pool, the small per-token
- * steps (norms, rope, activation) split over tokens on the same pool. */
+ * steps (norms, rope, activation) split over tokens on the same pool. The tokens of a step may belong to several
+ * sequences: each token carries its position and its sequence's block table, which maps positions to cache rows
+ * (one sequence alone has one block covering its whole context). */
 #include "cpu/forward.h"
 
 #include <math.h>
@@ -14,16 +16,24 @@
 struct kiln_cpu_state {
     const kiln_config *cfg;
     const kiln_weights *w;
-    int n_ctx, n_batch;
+    int n_ctx, n_batch, n_kv_rows;
     kiln_pool *pool;
     const kiln_kv_ops *kv;
     size_t kv_elem;           /* bytes of one cached key or value element */
     size_t kv_row_bytes;      /* one position's keys (or values) of one layer */
-    char *k_cache, *v_cache;  /* [n_layer][n_ctx][kv_dim] */
+    char *k_cache, *v_cache;  /* [n_layer][n_kv_rows][kv_dim] */
     float *x, *xb, *q, *k, *v, *att_out, *hb, *hb2; /* [n_batch][width] */
     float *scores;            /* [n_threads][n_ctx] */
     float *rope_cos, *rope_sin; /* [n_batch][rope_dim / 2] */
     void *scratch;            /* quantized matmul inputs */
+    /* the step's tokens, laid out by stage() */
+    int32_t *tok_id;          /* [n_batch] */
+    int *tok_pos;             /* [n_batch] */
+    const int32_t **tok_blocks; /* [n_batch] the block table of each token's sequence */
+    int *out_rows;            /* [n_batch] the tokens whose logits are wanted */
+    int block_size;
+    int n_multi;              /* leading tokens that may use the multi-token kernels */
+    int64_t attn_work;        /* (token, position) pairs attention visits, per head */
 };
 
 /* ---- per-token steps, run over the batch on the pool ---- */
@@ -31,7 +41,7 @@ struct kiln_cpu_state {
 typedef struct token_job {
     kiln_cpu_state *s;
     void (*step)(struct token_job *j, int t);
-    int n, layer, pos;
+    int n, layer;
     atomic_int next;
 } token_job;
 
@@ -119,7 +129,9 @@ static void step_qkv_post(token_job *j, int t) {
     const float *cs = s->rope_cos + (size_t)t * half, *sn = s->rope_sin + (size_t)t * half;
     rope(q, c->n_head, c, cs, sn);
     rope(k, c->n_head_kv, c, cs, sn);
-    size_t at = ((size_t)j->layer * s->n_ctx + (size_t)(j->pos + t)) * s->kv_row_bytes;
+    int p = s->tok_pos[t];
+    size_t row = (size_t)s->tok_blocks[t][p / s->block_size] * (size_t)s->block_size + (size_t)(p % s->block_size);
+    size_t at = ((size_t)j->layer * s->n_kv_rows + row) * s->kv_row_bytes;
     s->kv->store(s->k_cache + at, k, kv_dim);
     s->kv->store(s->v_cache + at, v, kv_dim);
 }
@@ -131,21 +143,26 @@ static void step_qkv_post(token_job *j, int t) {
 
 typedef struct attn_job {
     kiln_cpu_state *s;
-    int n, layer, pos;
+    int n, layer;
     atomic_int next;
 } attn_job;
 
-static void attend(kiln_cpu_state *s, int layer, int t, int h, int n_pos, float *scores) {
+/* Token t's query head h over its sequence's positions 0..pos, block by block (each block's rows are contiguous). */
+static void attend(kiln_cpu_state *s, int layer, int t, int h, float *scores) {
     const kiln_config *c = s->cfg;
-    int hd = c->head_dim, group = c->n_head / c->n_head_kv;
+    int hd = c->head_dim, group = c->n_head / c->n_head_kv, bs = s->block_size, n_pos = s->tok_pos[t] + 1;
+    const int32_t *blocks = s->tok_blocks[t];
     const float *q = s->q + (size_t)t * kiln_config_q_dim(c) + h * hd;
     size_t kv_off = (size_t)(h / group) * hd * s->kv_elem; /* the KV head this query head reads */
-    const char *kc = s->k_cache + (size_t)layer * s->n_ctx * s->kv_row_bytes + kv_off;
-    const char *vc = s->v_cache + (size_t)layer * s->n_ctx * s->kv_row_bytes + kv_off;
+    const char *kc = s->k_cache + (size_t)layer * s->n_kv_rows * s->kv_row_bytes + kv_off;
+    const char *vc = s->v_cache + (size_t)layer * s->n_kv_rows * s->kv_row_bytes + kv_off;
     float scale = 1.0f / sqrtf((float)hd), max = -INFINITY;
-    for (int p = 0; p < n_pos; p++) {
-        scores[p] = s->kv->dot(q, kc + (size_t)p * s->kv_row_bytes, hd) * scale;
-        if (scores[p] > max) max = scores[p];
+    for (int p0 = 0; p0 < n_pos; p0 += bs) {
+        const char *k = kc + (size_t)blocks[p0 / bs] * (size_t)bs * s->kv_row_bytes;
+        for (int p = p0; p < n_pos && p < p0 + bs; p++, k += s->kv_row_bytes) {
+            scores[p] = s->kv->dot(q, k, hd) * scale;
+            if (scores[p] > max) max = scores[p];
+        }
     }
     float sum = 0.0f;
     for (int p = 0; p < n_pos; p++) {
@@ -154,7 +171,10 @@ static void attend(kiln_cpu_state *s, int layer, int t, int h, int n_pos, float 
     }
     float *o = s->att_out + (size_t)t * kiln_config_q_dim(c) + h * hd;
     memset(o, 0, sizeof(float) * (size_t)hd);
-    for (int p = 0; p < n_pos; p++) s->kv->axpy(o, scores[p] / sum, vc + (size_t)p * s->kv_row_bytes, hd);
+    for (int p0 = 0; p0 < n_pos; p0 += bs) {
+        const char *v = vc + (size_t)blocks[p0 / bs] * (size_t)bs * s->kv_row_bytes;
+        for (int p = p0; p < n_pos && p < p0 + bs; p++, v += s->kv_row_bytes) s->kv->axpy(o, scores[p] / sum, v, hd);
+    }
 }
 
 static void attn_job_run(void *arg, int ith, int nth) {
@@ -163,15 +183,14 @@ static void attn_job_run(void *arg, int ith, int nth) {
     kiln_cpu_state *s = j->s;
     int n_head = s->cfg->n_head, items = j->n * n_head, i;
     float *scores = s->scores + (size_t)ith * s->n_ctx;
-    while ((i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items) {
-        int t = i / n_head;
-        attend(s, j->layer, t, i % n_head, j->pos + t + 1, scores);
-    }
+    while ((i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items)
+        attend(s, j->layer, i / n_head, i % n_head, scores);
 }
 
 /* ---- matmuls: weights sharing an input and a vec_dot_type go in one call ---- */
 
-static void matmuls(kiln_cpu_state *s, const kiln_weight **ws, float **outs, int n_w, const float *in, int n) {
+static void matmuls(kiln_cpu_state *s, const kiln_weight **ws, float **outs, int n_w, const float *in, int n,
+                    int n_multi) {
     bool done[KILN_MATMUL_MAX_WEIGHTS] = {false};
     for (int i = 0; i < n_w; i++) {
         if (done[i]) continue;
@@ -185,39 +204,40 @@ static void matmuls(kiln_cpu_state *s, const kiln_weight **ws, float **outs, int
             group_out[n_group++] = outs[k];
             done[k] = true;
         }
-        kiln_matmul(s->pool, group, group_out, n_group, in, n, s->scratch);
+        kiln_matmul_split(s->pool, group, group_out, n_group, in, n, n_multi, s->scratch);
     }
 }
 
-static void layer(kiln_cpu_state *s, int l, int n, int pos) {
+static void layer(kiln_cpu_state *s, int l, int n) {
     const kiln_weight *w = s->w->layers[l].w;
-    token_job tj = {.s = s, .n = n, .layer = l, .pos = pos};
+    int m = s->n_multi;
+    token_job tj = {.s = s, .n = n, .layer = l};
 
     for_tokens(s, &tj, step_attn_norm);
     const kiln_weight *qkv[3] = {&w[KILN_ROLE_WQ], &w[KILN_ROLE_WK], &w[KILN_ROLE_WV]};
     float *qkv_out[3] = {s->q, s->k, s->v};
-    matmuls(s, qkv, qkv_out, 3, s->xb, n);
+    matmuls(s, qkv, qkv_out, 3, s->xb, n, m);
     for_tokens(s, &tj, step_qkv_post);
 
-    attn_job aj = {.s = s, .n = n, .layer = l, .pos = pos};
+    attn_job aj = {.s = s, .n = n, .layer = l};
     atomic_init(&aj.next, 0);
     /* a short decode step's attention is less work than waking the workers for it */
-    if ((int64_t)n * s->cfg->n_head * (pos + n) < ATTN_INLINE_WORK) attn_job_run(&aj, 0, 1);
+    if (s->attn_work * s->cfg->n_head < ATTN_INLINE_WORK) attn_job_run(&aj, 0, 1);
     else kiln_pool_run(s->pool, attn_job_run, &aj);
 
     const kiln_weight *wo[1] = {&w[KILN_ROLE_WO]};
     float *wo_out[1] = {s->xb};
-    matmuls(s, wo, wo_out, 1, s->att_out, n);
+    matmuls(s, wo, wo_out, 1, s->att_out, n, m);
     for_tokens(s, &tj, step_residual);
 
     for_tokens(s, &tj, step_ffn_norm);
     const kiln_weight *gate_up[2] = {&w[KILN_ROLE_FFN_GATE], &w[KILN_ROLE_FFN_UP]};
     float *gate_up_out[2] = {s->hb, s->hb2};
-    matmuls(s, gate_up, gate_up_out, 2, s->xb, n);
+    matmuls(s, gate_up, gate_up_out, 2, s->xb, n, m);
     for_tokens(s, &tj, step_swiglu);
     const kiln_weight *down[1] = {&w[KILN_ROLE_FFN_DOWN]};
     float *down_out[1] = {s->xb};
-    matmuls(s, down, down_out, 1, s->hb, n);
+    matmuls(s, down, down_out, 1, s->hb, n, m);
     for_tokens(s, &tj, step_residual);
 }
 
@@ -227,59 +247,112 @@ static void step_output_norm(token_job *j, int t) {
     rmsnorm(j->s->xb + o, j->s->x + o, j->s->w->output_norm.data, c->n_embd, c->rms_eps);
 }
 
-/* Embedding rows and the rope angles of positions pos..pos+n-1. */
-static void embed(kiln_cpu_state *s, const int32_t *tokens, int n, int pos) {
+/* Lays out the step's tokens (ids, positions, block tables); returns how many there are. */
+static int stage(kiln_cpu_state *s, const kiln_cpu_seq *seqs, int n_seq, int block_size) {
+    int n = 0;
+    s->block_size = block_size;
+    s->n_multi = seqs[0].n;
+    s->attn_work = 0;
+    for (int i = 0; i < n_seq; i++)
+        for (int t = 0; t < seqs[i].n; t++, n++) {
+            s->tok_id[n] = seqs[i].tokens[t];
+            s->tok_pos[n] = seqs[i].pos + t;
+            s->tok_blocks[n] = seqs[i].blocks;
+            s->attn_work += s->tok_pos[n] + 1;
+        }
+    return n;
+}
+
+/* Embedding rows and rope angles of the staged tokens, then every layer. */
+static void run_layers(kiln_cpu_state *s, int n) {
     const kiln_config *c = s->cfg;
     const kiln_weight *e = &s->w->token_embd;
     kiln_dequantize_fn dequantize = kiln_quant_ops_best(e->type)->dequantize;
     int half = c->rope_dim / 2;
     for (int t = 0; t < n; t++) {
-        dequantize((const char *)e->data + (size_t)tokens[t] * e->row_bytes, s->x + (size_t)t * c->n_embd, c->n_embd);
+        dequantize((const char *)e->data + (size_t)s->tok_id[t] * e->row_bytes, s->x + (size_t)t * c->n_embd,
+                   c->n_embd);
         for (int i = 0; i < half; i++) {
-            float angle = (float)(pos + t) * c->rope_freq[i];
+            float angle = (float)s->tok_pos[t] * c->rope_freq[i];
             s->rope_cos[(size_t)t * half + i] = cosf(angle);
             s->rope_sin[(size_t)t * half + i] = sinf(angle);
         }
     }
+    for (int l = 0; l < c->n_layer; l++) layer(s, l, n);
 }
 
-/* One chunk of at most n_batch tokens; logits of the last (or every) token go to out. */
-static void forward_chunk(kiln_cpu_state *s, const int32_t *tokens, int n, int pos, float *out, bool all_logits) {
-    const kiln_config *c = s->cfg;
-    embed(s, tokens, n, pos);
-    for (int l = 0; l < c->n_layer; l++) layer(s, l, n, pos);
-
-    int first = all_logits ? 0 : n - 1;
-    token_job tj = {.s = s, .n = n - first};
-    if (first > 0) memmove(s->x, s->x + (size_t)first * c->n_embd, sizeof(float) * (size_t)c->n_embd);
+/* Logits of the n_rows tokens listed in rows (ascending; NULL: the first n_rows) into out; n_multi of them may use
+ * the multi-token kernels. */
+static void output(kiln_cpu_state *s, const int *rows, int n_rows, float *out, int n_multi) {
+    size_t d = (size_t)s->cfg->n_embd;
+    for (int k = 0; rows && k < n_rows; k++)
+        if (rows[k] != k) memmove(s->x + k * d, s->x + (size_t)rows[k] * d, sizeof(float) * d);
+    token_job tj = {.s = s, .n = n_rows};
     for_tokens(s, &tj, step_output_norm);
     const kiln_weight *head[1] = {&s->w->output};
     float *head_out[1] = {out};
-    matmuls(s, head, head_out, 1, s->xb, n - first);
+    matmuls(s, head, head_out, 1, s->xb, n_rows, n_multi);
+}
+
+static int check_tokens(const kiln_cpu_state *s, const int32_t *tokens, int n, kiln_error *err) {
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->cfg->n_vocab)
+            return kiln_fail(err, "token id %d is outside the vocabulary (%d)", tokens[i], s->cfg->n_vocab);
+    return 0;
 }
 
 int kiln_cpu_forward(kiln_cpu_state *s, const int32_t *tokens, int n, int pos, float *logits, bool all_logits,
                      kiln_error *err) {
-    const kiln_config *c = s->cfg;
+    static const int32_t one_block[1] = {0}; /* the whole context is one block */
     if (n < 1) return kiln_fail(err, "nothing to evaluate (0 tokens)");
     if (pos < 0 || (int64_t)pos + n > s->n_ctx)
         return kiln_fail(err, "context full: %d tokens at position %d exceed the context of %d tokens (raise --ctx)", n,
                          pos, s->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->n_vocab)
-            return kiln_fail(err, "token id %d is outside the vocabulary (%d)", tokens[i], c->n_vocab);
+    if (s->n_kv_rows < s->n_ctx) return kiln_fail(err, "this state's cache is paged: use kiln_cpu_forward_batch");
+    if (check_tokens(s, tokens, n, err)) return -1;
     for (int done = 0; done < n;) {
         int chunk = n - done < s->n_batch ? n - done : s->n_batch;
-        bool last = done + chunk == n;
-        float *out = all_logits ? logits + (size_t)done * c->n_vocab : logits;
-        /* a chunk before the last needs no logits unless every token's are wanted */
-        if (all_logits || last) forward_chunk(s, tokens + done, chunk, pos + done, out, all_logits);
-        else {
-            embed(s, tokens + done, chunk, pos + done);
-            for (int l = 0; l < c->n_layer; l++) layer(s, l, chunk, pos + done);
-        }
+        kiln_cpu_seq seq = {.tokens = tokens + done, .n = chunk, .pos = pos + done, .blocks = one_block};
+        run_layers(s, stage(s, &seq, 1, s->n_ctx));
         done += chunk;
+        /* a chunk before the last needs no logits unless every token's are wanted */
+        if (all_logits) output(s, NULL, chunk, logits + (size_t)(done - chunk) * s->cfg->n_vocab, chunk);
+        else if (done == n) output(s, (int[]){chunk - 1}, 1, logits, 0);
     }
+    return 0;
+}
+
+/* Each sequence's tokens fit its context, and the blocks they reach lie inside the cache. */
+static int check_seq(const kiln_cpu_state *s, const kiln_cpu_seq *q, int block_size, kiln_error *err) {
+    if (q->n < 1 || !q->tokens || !q->blocks) return kiln_fail(err, "a sequence of the batch has no tokens or blocks");
+    if (q->pos < 0 || (int64_t)q->pos + q->n > s->n_ctx)
+        return kiln_fail(err, "context full: %d tokens at position %d exceed the context of %d tokens", q->n, q->pos,
+                         s->n_ctx);
+    for (int b = 0; b <= (q->pos + q->n - 1) / block_size; b++)
+        if (q->blocks[b] < 0 || ((int64_t)q->blocks[b] + 1) * block_size > s->n_kv_rows)
+            return kiln_fail(err, "KV block %d is outside the cache of %d rows", q->blocks[b], s->n_kv_rows);
+    return check_tokens(s, q->tokens, q->n, err);
+}
+
+int kiln_cpu_forward_batch(kiln_cpu_state *s, const kiln_cpu_seq *seqs, int n_seq, int block_size, float *logits,
+                           kiln_error *err) {
+    if (n_seq < 1) return kiln_fail(err, "nothing to evaluate (no sequences)");
+    if (block_size < 1) return kiln_fail(err, "KV block size %d is out of range", block_size);
+    int64_t total = 0;
+    for (int i = 0; i < n_seq; i++) {
+        if (check_seq(s, &seqs[i], block_size, err)) return -1;
+        total += seqs[i].n;
+    }
+    if (total > s->n_batch)
+        return kiln_fail(err, "a step of %lld tokens exceeds the batch of %d", (long long)total, s->n_batch);
+    int n = stage(s, seqs, n_seq, block_size), n_rows = 0;
+    run_layers(s, n);
+    int end = 0;
+    for (int i = 0; i < n_seq; i++) {
+        end += seqs[i].n;
+        if (seqs[i].logits) s->out_rows[n_rows++] = end - 1;
+    }
+    if (n_rows) output(s, s->out_rows, n_rows, logits, 0);
     return 0;
 }
 
@@ -318,7 +391,7 @@ static int check_all_kernels(const kiln_weights *w, kiln_error *err) {
 static int alloc_buffers(kiln_cpu_state *s, kiln_error *err) {
     const kiln_config *c = s->cfg;
     size_t B = (size_t)s->n_batch, q_dim = (size_t)kiln_config_q_dim(c), kv_dim = (size_t)kiln_config_kv_dim(c);
-    size_t cache = (size_t)c->n_layer * (size_t)s->n_ctx * s->kv_row_bytes;
+    size_t cache = (size_t)c->n_layer * (size_t)s->n_kv_rows * s->kv_row_bytes;
     s->k_cache = malloc(cache);
     s->v_cache = malloc(cache);
     s->x = malloc(sizeof(float) * B * (size_t)c->n_embd);
@@ -333,9 +406,13 @@ static int alloc_buffers(kiln_cpu_state *s, kiln_error *err) {
     s->rope_cos = malloc(sizeof(float) * B * (size_t)(c->rope_dim / 2 + 1));
     s->rope_sin = malloc(sizeof(float) * B * (size_t)(c->rope_dim / 2 + 1));
     s->scratch = malloc(scratch_size(s->w, s->n_batch));
-    if (!s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->hb ||
+    s->tok_id = malloc(sizeof *s->tok_id * B);
+    s->tok_pos = malloc(sizeof *s->tok_pos * B);
+    s->tok_blocks = malloc(sizeof *s->tok_blocks * B);
+    s->out_rows = malloc(sizeof *s->out_rows * B);
+    if (!s->tok_id || !s->tok_pos || !s->tok_blocks || !s->out_rows ||!s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->hb ||
         !s->hb2 || !s->scores || !s->rope_cos || !s->rope_sin || !s->scratch)
-        return kiln_fail(err, "out of memory for a context of %d tokens (KV cache %.1f MiB)", s->n_ctx,
+        return kiln_fail(err, "out of memory for a KV cache of %d positions (%.1f MiB)", s->n_kv_rows,
                          2.0 * (double)cache / 1048576.0);
     return 0;
 }
@@ -345,6 +422,8 @@ int kiln_cpu_new(const kiln_config *cfg, const kiln_weights *w, const kiln_cpu_p
     *out = NULL;
     if (params->n_ctx < 1 || params->n_ctx > (1 << 24))
         return kiln_fail(err, "context size %d is out of range (1..%d)", params->n_ctx, 1 << 24);
+    if (params->n_kv_rows < 0 || params->n_kv_rows > (1 << 26))
+        return kiln_fail(err, "KV cache of %d positions is out of range", params->n_kv_rows);
     if (params->n_batch < 1 || params->n_batch > 65536)
         return kiln_fail(err, "batch size %d is out of range (1..65536)", params->n_batch);
     const kiln_kv_ops *kv = kiln_kv_ops_get(params->kv_type, kiln_cpu_isa());
@@ -357,6 +436,7 @@ int kiln_cpu_new(const kiln_config *cfg, const kiln_weights *w, const kiln_cpu_p
     s->w = w;
     s->n_ctx = params->n_ctx;
     s->n_batch = params->n_batch;
+    s->n_kv_rows = params->n_kv_rows > 0 ? params->n_kv_rows : params->n_ctx;
     s->kv = kv;
     s->kv_elem = kiln_row_size(params->kv_type, 1);
     s->kv_row_bytes = s->kv_elem * (size_t)kiln_config_kv_dim(cfg);
@@ -373,7 +453,7 @@ void kiln_cpu_free(kiln_cpu_state *s) {
     if (!s) return;
     kiln_pool_free(s->pool);
     void *bufs[] = {s->k_cache, s->v_cache, s->x, s->xb, s->q, s->k, s->v, s->att_out, s->hb, s->hb2, s->scores,
-                    s->rope_cos, s->rope_sin, s->scratch};
+                    s->rope_cos, s->rope_sin, s->scratch, s->tok_id, s->tok_pos, (void *)s->tok_blocks, s->out_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(s);
 }

@@ -31,6 +31,7 @@ typedef struct matmul_job {
     int tile_rows;
     const float *in;
     int n_tok;
+    int n_multi; /* leading rows the multi-token kernel may take */
     kiln_quantize_fn quantize;
     kiln_vec_dot_fn dot[KILN_MATMUL_MAX_WEIGHTS];
     kiln_gemm_fn gemm[KILN_MATMUL_MAX_WEIGHTS]; /* multi-token kernel, or NULL */
@@ -67,7 +68,7 @@ static void run_tile(const matmul_job *j, int tile) {
     int t = 0;
     if (j->gemm[wi]) {
         float o[KILN_GEMM_TOKENS];
-        for (; t + KILN_GEMM_TOKENS <= j->n_tok; t += KILN_GEMM_TOKENS)
+        for (; t + KILN_GEMM_TOKENS <= j->n_multi; t += KILN_GEMM_TOKENS)
             for (int64_t r = r0; r < r1; r++) {
                 j->gemm[wi](w->ne[0], rows + (size_t)r * w->row_bytes, j->qin + (size_t)t * j->qin_row, j->qin_row,
                             j->scales + (size_t)t * j->s_stride, j->s_stride, o);
@@ -100,16 +101,22 @@ static int tile_rows(const kiln_weight *const *ws, int n_w, int n_tok, int n_thr
 
 void kiln_matmul(kiln_pool *pool, const kiln_weight *const *ws, float *const *outs, int n_w, const float *in,
                  int n_tok, void *scratch) {
+    kiln_matmul_split(pool, ws, outs, n_w, in, n_tok, n_tok, scratch);
+}
+
+void kiln_matmul_split(kiln_pool *pool, const kiln_weight *const *ws, float *const *outs, int n_w, const float *in,
+                       int n_tok, int n_multi, void *scratch) {
     const kiln_quant_ops *ops = kiln_quant_ops_best(ws[0]->type);
     const kiln_quant_ops *qops = kiln_quant_ops_best(ops->vec_dot_type);
-    matmul_job j = {.ws = ws, .outs = outs, .n_w = n_w, .in = in, .n_tok = n_tok, .quantize = qops->quantize,
+    matmul_job j = {.ws = ws, .outs = outs, .n_w = n_w, .in = in, .n_tok = n_tok, .n_multi = n_multi,
+                    .quantize = qops->quantize,
                     .qin = scratch, .qin_row = kiln_row_size(ops->vec_dot_type, ws[0]->ne[0]),
                     .qin_type = ops->vec_dot_type, .s_stride = scales_stride(ws[0]->ne[0])};
     j.tile_rows = tile_rows(ws, n_w, n_tok, kiln_pool_size(pool));
     for (int i = 0; i < n_w; i++) {
         j.dot[i] = kiln_quant_ops_best(ws[i]->type)->vec_dot;
         j.gemm[i] = kiln_gemm_get(ws[i]->type, kiln_cpu_isa());
-        if (j.gemm[i] && (kiln_cpu_isa() == KILN_ISA_SCALAR || n_tok < KILN_GEMM_TOKENS)) j.gemm[i] = NULL;
+        if (j.gemm[i] && (kiln_cpu_isa() == KILN_ISA_SCALAR || n_multi < KILN_GEMM_TOKENS)) j.gemm[i] = NULL;
         if (j.gemm[i]) j.scales = (float *)((char *)scratch + scales_offset(j.qin_row * (size_t)n_tok));
         j.n_tiles[i] = (int)((ws[i]->ne[1] + j.tile_rows - 1) / j.tile_rows);
         j.total_tiles += j.n_tiles[i];

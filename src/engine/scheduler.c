@@ -321,6 +321,7 @@ static int resolve_params(kiln_model *m, kiln_sched_params *p, kiln_error *err) 
 }
 
 static sched_exec *make_exec(kiln_model *m, const kiln_sched_params *p, kiln_error *err) {
+    if (p->device == KILN_DEVICE_CPU) return kiln_sched_paged_new(m, p, err);
     return kiln_sched_slots_new(m, p, err);
 }
 
