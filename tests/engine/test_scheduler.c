@@ -190,6 +190,42 @@ static void test_concurrent_requests_match_their_solo_runs(void **state) {
     kiln_sched_free(s);
 }
 
+#define SYSTEM                                                                                                      \
+    "You are a careful assistant. You answer in short sentences, you never make up facts, and when you do not know "  \
+    "something you say so plainly. You prefer simple words to long ones, and examples to definitions. You keep "      \
+    "lists short. You do not repeat the question. If the question is unclear you ask one short question back, and "  \
+    "if it has several parts you answer each part in the order it was asked. "
+
+/* A second request with the same long start reuses the first one's full prompt blocks (more than a chunk of them,
+ * so the first prompt also went in several steps) and still gives the tokens it gets alone. */
+static void test_shared_prefix_blocks_are_reused(void **state) {
+    fixture *f = *state;
+    static int32_t a[256], b[256], want[MAX_OUT];
+    int na = tokenize(f->m, SYSTEM "Question: what is a river?", a, 256);
+    int nb = tokenize(f->m, SYSTEM "Question: why is the sky blue?", b, 256);
+    int shared = 0;
+    while (shared < na && shared < nb && a[shared] == b[shared]) shared++;
+    assert_true(shared > 64);
+    kiln_generate_params gp = greedy(10);
+    int n_want = solo(f, b, nb, &gp, want);
+    kiln_sched *s = sched_new(f, 2, 8);
+    request ra = {0}, rb = {0};
+    assert_true(submit(s, a, na, &gp, &ra) > 0);
+    wait_done(&ra);
+    assert_int_equal(ra.res.n_cached, 0);
+    assert_true(submit(s, b, nb, &gp, &rb) > 0);
+    wait_done(&rb);
+    assert_int_equal(rb.res.n_cached, shared / 16 * 16);
+    assert_int_equal(rb.n_tokens, n_want);
+    assert_memory_equal(rb.tokens, want, sizeof *want * (size_t)n_want);
+    kiln_sched_stats st;
+    kiln_sched_get_stats(s, &st);
+    assert_int_equal(st.prefix_tokens_reused, (uint64_t)rb.res.n_cached);
+    assert_int_equal(st.kv_block_size, 16);
+    assert_int_equal(st.kv_blocks_used, 0);
+    kiln_sched_free(s);
+}
+
 static void test_cancel_by_id_and_by_callback(void **state) {
     fixture *f = *state;
     int32_t ids[64];
@@ -257,6 +293,7 @@ int main(void) {
     const struct CMUnitTest model[] = {
         cmocka_unit_test(test_one_request_matches_generate),
         cmocka_unit_test(test_concurrent_requests_match_their_solo_runs),
+        cmocka_unit_test(test_shared_prefix_blocks_are_reused),
         cmocka_unit_test(test_cancel_by_id_and_by_callback),
         cmocka_unit_test(test_full_queue_and_impossible_requests_fail_at_submit),
     };
