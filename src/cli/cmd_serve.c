@@ -1,6 +1,7 @@
 /* kiln serve: the OpenAI-compatible HTTP server over one model, until SIGINT or SIGTERM. */
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,8 +138,10 @@ int cmd_serve(int argc, char **argv) {
         kiln_model_close(m);
         return 1;
     }
-    fprintf(stderr, "kiln serve: %s on http://%s:%d (API key %s)\n", o.srv.model_id,
-            o.srv.host ? o.srv.host : "127.0.0.1", srv_port(s), o.srv.api_key ? "required" : "not required");
+    const char *host = o.srv.host ? o.srv.host : "127.0.0.1";
+    bool ipv6 = strchr(host, ':') != NULL;
+    fprintf(stderr, "kiln serve: %s on http://%s%s%s:%d (API key %s)\n", o.srv.model_id, ipv6 ? "[" : "", host,
+            ipv6 ? "]" : "", srv_port(s), o.srv.api_key ? "required" : "not required");
     int sig = 0;
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "kiln serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

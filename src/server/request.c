@@ -212,6 +212,15 @@ static int refuse_unsupported(const json_t *o, srv_error *e) {
     json_t *bias = field(o, "logit_bias");
     if (bias && (!json_is_object(bias) || json_object_size(bias)))
         return srv_fail(e, 400, "logit_bias", "unsupported_value", "'logit_bias' is not supported");
+    bool echo = false;
+    if (get_bool(o, "echo", &echo, e)) return -1;
+    if (echo) return srv_fail(e, 400, "echo", "unsupported_value", "'echo' is not supported");
+    long long best_of = 1;
+    if (get_int(o, "best_of", 1, 1, &best_of, e))
+        return srv_fail(e, 400, "best_of", "unsupported_value", "only 'best_of': 1 is supported");
+    json_t *suffix = field(o, "suffix");
+    if (suffix && (!json_is_string(suffix) || json_string_length(suffix)))
+        return srv_fail(e, 400, "suffix", "unsupported_value", "'suffix' is not supported");
     if (field(o, "model") && !json_is_string(field(o, "model")))
         return srv_fail(e, 400, "model", "invalid_type", "'model' must be a string");
     return 0;

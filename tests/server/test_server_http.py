@@ -184,13 +184,19 @@ def test_metrics(server):
     assert 'route="/v1/chat/completions",status="400"' in text
 
 
-def start_stream(port, max_tokens=900):
-    """A raw socket with a long streaming completion under way and its first bytes read."""
+def send_long_completion(port, stream, max_tokens=900):
+    """A raw socket that has sent a long completion request."""
     s = socket.create_connection(("127.0.0.1", port), timeout=60)
     body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": max_tokens,
-                       "temperature": 1.0, "seed": 3, "stream": True})
+                       "temperature": 1.0, "seed": 3, "stream": stream})
     s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    return s
+
+
+def start_stream(port):
+    """A raw socket with a long streaming completion under way and its first bytes read."""
+    s = send_long_completion(port, True)
     got = b""
     while got.count(b"data: ") < 3:
         part = s.recv(4096)
@@ -200,16 +206,37 @@ def start_stream(port, max_tokens=900):
 
 
 def test_disconnect_mid_stream_frees_the_sequence(server):
+    steps = metric(server, "kiln_scheduler_steps_total")
     s, got = start_stream(server.port)
     assert b"200 OK" in got
     s.close()
+    assert wait_idle(server)
+    assert metric(server, "kiln_scheduler_steps_total") - steps < 600, "the sequence ran on after its client left"
+    assert metric(server, "kiln_kv_blocks_used") == 0
+    status, _, _ = request(server, "POST", CHAT, {"messages": HELLO, "max_tokens": 2})
+    assert status == 200
+
+
+def wait_idle(server):
     deadline = time.monotonic() + 20
     while metric(server, "kiln_running_sequences") > 0 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert metric(server, "kiln_running_sequences") == 0
-    assert metric(server, "kiln_kv_blocks_used") == 0 or metric(server, "kiln_queue_depth") == 0
-    status, _, _ = request(server, "POST", CHAT, {"messages": HELLO, "max_tokens": 2})
-    assert status == 200
+    return metric(server, "kiln_running_sequences") == 0
+
+
+def test_disconnect_while_waiting_cancels(server):
+    before = metric(server, "kiln_completion_tokens_total")
+    steps = metric(server, "kiln_scheduler_steps_total")
+    s = send_long_completion(server.port, False)
+    deadline = time.monotonic() + 20
+    while metric(server, "kiln_running_sequences") == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    s.close()
+    assert wait_idle(server)
+    # a cancelled request is not counted as served; 900 tokens were not generated to the end
+    assert metric(server, "kiln_completion_tokens_total") == before
+    assert metric(server, "kiln_scheduler_steps_total") - steps < 600, "the sequence ran on after its client left"
+    assert request(server, "POST", CHAT, {"messages": HELLO, "max_tokens": 2})[0] == 200
 
 
 def test_api_key(kiln_bin, model_path):

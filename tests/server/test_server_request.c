@@ -129,6 +129,9 @@ static void test_bad_bodies(void **state) {
     refused(SRV_COMPLETION, "{\"prompt\":[\"a\",1]}", "prompt", "invalid_type");
     refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "invalid_type");
     refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs", "invalid_value");
+    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo", "unsupported_value");
+    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"best_of\":3}", "best_of", "unsupported_value");
+    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"suffix\":\"z\"}", "suffix", "unsupported_value");
 }
 
 #define MSG "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
