@@ -138,7 +138,8 @@ static int parse_message(srv_request *r, int k, const json_t *m, srv_error *e) {
     static const char *const roles[] = {"system", "user", "assistant", "developer"};
     if (!json_is_object(m)) return srv_fail(e, 400, "messages", "invalid_type", "messages[%d] must be an object", k);
     json_t *role = json_object_get(m, "role"), *content = field(m, "content");
-    if (!json_is_string(role)) return srv_fail(e, 400, "messages", "invalid_type", "messages[%d].role must be a string", k);
+    if (!json_is_string(role))
+        return srv_fail(e, 400, "messages", "invalid_type", "messages[%d].role must be a string", k);
     const char *rs = json_string_value(role);
     size_t known = 0;
     while (known < 4 && strcmp(rs, roles[known])) known++;
@@ -173,7 +174,8 @@ static int parse_prompt(srv_request *r, const json_t *o, srv_error *e) {
         r->prompts[r->n_prompts++] = json_string_value(p);
         return 0;
     }
-    if (!json_is_array(p)) return srv_fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string or an array of strings");
+    if (!json_is_array(p))
+        return srv_fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string or an array of strings");
     size_t n = json_array_size(p), i;
     if (n == 0 || n > SRV_MAX_PROMPTS)
         return srv_fail(e, 400, "prompt", "invalid_value", "'prompt' must hold 1 to %d strings", SRV_MAX_PROMPTS);

@@ -202,8 +202,8 @@ static void test_completion_chunk_with_logprobs(void **state) {
     json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
     assert_int_equal(json_integer_value(json_object_get(ch, "index")), 2);
     assert_string_equal(str_at(ch, "text"), "Hel");
-    assert_string_equal(json_string_value(json_array_get(json_object_get(json_object_get(ch, "logprobs"), "tokens"), 0)),
-                        "Hel");
+    json_t *tokens = json_object_get(json_object_get(ch, "logprobs"), "tokens");
+    assert_string_equal(json_string_value(json_array_get(tokens, 0)), "Hel");
     json_decref(j);
 }
 
