@@ -158,6 +158,14 @@ def model_id(server, key=None):
         return json.load(r)["data"][0]["id"]
 
 
+def running_sequences(server):
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("kiln_running_sequences "):
+                return float(line.split()[1])
+    raise AssertionError("no kiln_running_sequences in /metrics")
+
+
 def send(browser, text, max_tokens):
     browser.js(f"document.getElementById('max-tokens').value = {max_tokens}")
     browser.type_into("input", text)
@@ -188,12 +196,19 @@ def test_page_streams_a_reply(server, browser):
 def test_stop_ends_the_reply(server, browser):
     browser.open(server.url + "/")
     browser.wait_for("document.getElementById('model-name').textContent !== 'connecting…'")
+    # Greedy, this prompt runs to the token limit (2000), so the reply is still streaming when Stop is clicked.
+    browser.js("document.getElementById('temperature').value = 0")
     send(browser, "Write a long essay about the history of pottery.", 2000)
     browser.wait_for(LAST_REPLY + "[0].length > 0", timeout=60)
     browser.click("stop")
     browser.wait_for("document.body.dataset.state === 'idle'", timeout=10)
     assert browser.js(LAST_REPLY)[0].endswith("(stopped)")
     assert browser.js("document.querySelectorAll('.msg.error').length") == 0
+    # The aborted fetch closed the connection, and the server cancelled the generation (not 2000 tokens later).
+    deadline = time.monotonic() + 10
+    while running_sequences(server) != 0:
+        assert time.monotonic() < deadline, "the server kept generating after Stop"
+        time.sleep(0.1)
     # The server is still there for the next message.
     send(browser, "Hi", 8)
     assert watch_reply(browser)
