@@ -10,6 +10,7 @@ __device__ __forceinline__ void keep_best(float &v, int &i, float ov, int oi) {
 }
 
 __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *x, int n, int32_t *out) {
+    pdl_wait_and_release();
     float best = -INFINITY;
     int idx = n; /* beaten by any real index, also when every value is -inf */
     for (int i = threadIdx.x; i < n; i += ARGMAX_THREADS) keep_best(best, idx, x[i], i);
@@ -35,11 +36,14 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *x, 
 }
 
 extern "C" void kiln_cuda_argmax(const float *x, int n, int32_t *d_out, cudaStream_t stream) {
-    argmax_kernel<<<1, ARGMAX_THREADS, 0, stream>>>(x, n, d_out);
+    launch_pdl(argmax_kernel, 1, ARGMAX_THREADS, stream, x, n, d_out);
 }
 
-__global__ void advance_pos_kernel(int32_t *pos, int delta) { *pos += delta; }
+__global__ void advance_pos_kernel(int32_t *pos, int delta) {
+    pdl_wait_and_release();
+    *pos += delta;
+}
 
 extern "C" void kiln_cuda_advance_pos(int32_t *d_pos, int delta, cudaStream_t stream) {
-    advance_pos_kernel<<<1, 1, 0, stream>>>(d_pos, delta);
+    launch_pdl(advance_pos_kernel, 1, 1, stream, d_pos, delta);
 }

@@ -13,6 +13,7 @@ template <int HD>
 __global__ void __launch_bounds__(32 * ATTN_WARPS)
     attn_split_kernel(kiln_cuda_attn_args a, const float *q, const __half *k_cache, const __half *v_cache,
                       const int32_t *d_pos, float *part) {
+    pdl_wait_and_release();
     constexpr int D = HD / 32;
     int head = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -71,6 +72,7 @@ __global__ void __launch_bounds__(32 * ATTN_WARPS)
 /* One block per (head, token), a thread per dim. With out_q, the merged row is also quantized to Q8_1 for the
  * output projection's GEMV: a warp holds 32 consecutive dims, one Q8_1 block. */
 __global__ void attn_merge_kernel(kiln_cuda_attn_args a, const float *part, float *out, int8_t *out_q, int n_tokens) {
+    pdl_wait_and_release();
     int head = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int hd = a.head_dim;
     const float *p = part + ((int64_t)t * a.n_head + head) * a.n_split * (hd + 2);
@@ -179,11 +181,11 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
     }
     dim3 grid(a->n_head, a->n_split, n_tokens);
     switch (a->head_dim) {
-    case 64: attn_split_kernel<64><<<grid, 32 * ATTN_WARPS, 0, stream>>>(*a, q, kc, vc, d_pos, part); break;
-    case 128: attn_split_kernel<128><<<grid, 32 * ATTN_WARPS, 0, stream>>>(*a, q, kc, vc, d_pos, part); break;
-    case 256: attn_split_kernel<256><<<grid, 32 * ATTN_WARPS, 0, stream>>>(*a, q, kc, vc, d_pos, part); break;
+    case 64: launch_pdl(attn_split_kernel<64>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc, d_pos, part); break;
+    case 128: launch_pdl(attn_split_kernel<128>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc, d_pos, part); break;
+    case 256: launch_pdl(attn_split_kernel<256>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc, d_pos, part); break;
     default: return -1;
     }
-    attn_merge_kernel<<<dim3(a->n_head, n_tokens), a->head_dim, 0, stream>>>(*a, part, out, (int8_t *)out_q, n_tokens);
+    launch_pdl(attn_merge_kernel, dim3(a->n_head, n_tokens), a->head_dim, stream, *a, part, out, (int8_t *)out_q, n_tokens);
     return 0;
 }

@@ -47,10 +47,11 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, in
                               kiln_error *err);
 
 /* One greedy step for a loop that looks at each token before going on (stop conditions, streaming): feeds token
- * at pos and writes the argmax of its logits to *next; only the id crosses to the host. The following step (feeding
- * *next at pos + 1) is queued on the device before returning, so a call with exactly those arguments finds it done
- * or running; any other call or kiln_cuda_eval discards it (its KV row is rewritten before it is read). The
- * context's logits are not copied: a caller that needs them uses kiln_cuda_eval. */
+ * at pos and writes the argmax of its logits to *next; only the id crosses to the host. The step after (feeding the
+ * same argmax at pos + 1, on the device) is queued before waiting, so a following call with exactly (*next, pos + 1)
+ * finds it running and the GPU does not idle between calls; any other call or kiln_cuda_eval discards it (its KV
+ * row is rewritten before it is read). The context's logits are not copied: a caller that needs them uses
+ * kiln_cuda_eval. */
 int kiln_cuda_decode_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int32_t *next, kiln_error *err);
 
 /* Under KILN_GPU_DEBUG=1: how many decode steps so far had an op diverge from the CPU; -1 when debugging is off. */

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define KILN_WARP 32
 
@@ -42,5 +44,37 @@ __device__ __forceinline__ float block_sum(float v) {
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 static inline int div_up(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
+
+/* Programmatic dependent launch (Hopper and later). A decode step is ~10 small kernels a layer, each waiting for the
+ * last; a kernel started by launch_pdl may be scheduled while its predecessor still runs, so its launch and block
+ * start-up overlap the predecessor's tail. Every such kernel calls pdl_wait_and_release first: it waits there until
+ * the previous kernel has finished and its writes are visible (so ordering is as without PDL), then allows the next
+ * kernel to be scheduled. KILN_CUDA_PDL=0 in the environment launches plainly (for comparisons and tools). */
+__device__ __forceinline__ void pdl_wait_and_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static inline bool pdl_enabled() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("KILN_CUDA_PDL");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on == 1;
+}
+
+template <typename... Params, typename... Args>
+static inline void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = stream;
+    cfg.attrs = &attr, cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 #endif

@@ -28,6 +28,7 @@ __device__ __forceinline__ float float_value(const uint8_t *row, int64_t i) {
 
 template <class F>
 __global__ void get_rows_q_kernel(qtensor w, int k, const int32_t *tokens, float *dst) {
+    pdl_wait_and_release();
     int64_t g0 = (int64_t)tokens[blockIdx.x] * (k / 32 / F::parts);
     float *out = dst + (int64_t)blockIdx.x * k;
     for (int u = threadIdx.x; u < k / 32; u += blockDim.x) {
@@ -40,6 +41,7 @@ __global__ void get_rows_q_kernel(qtensor w, int k, const int32_t *tokens, float
 
 template <kiln_type T>
 __global__ void get_rows_f_kernel(const uint8_t *w, size_t row_bytes, int k, const int32_t *tokens, float *dst) {
+    pdl_wait_and_release();
     const uint8_t *row = w + row_bytes * tokens[blockIdx.x];
     for (int i = threadIdx.x; i < k; i += blockDim.x) dst[(int64_t)blockIdx.x * k + i] = float_value<T>(row, i);
 }
@@ -51,12 +53,12 @@ extern "C" int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_to
     switch (m->type) {
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
-        get_rows_q_kernel<F><<<n_tokens, 128, 0, stream>>>(tensor_of<F>(m), m->k, d_tokens, dst);                     \
+        launch_pdl(get_rows_q_kernel<F>, n_tokens, 128, stream, tensor_of<F>(m), m->k, d_tokens, dst);                     \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
 #define X(id)                                                                                                          \
-    case id: get_rows_f_kernel<id><<<n_tokens, 256, 0, stream>>>(w, m->row_bytes, m->k, d_tokens, dst); return 0;
+    case id: launch_pdl(get_rows_f_kernel<id>, n_tokens, 256, stream, w, m->row_bytes, m->k, d_tokens, dst); return 0;
         X(KILN_TYPE_F32) X(KILN_TYPE_F16) X(KILN_TYPE_BF16)
 #undef X
     default: return -1;

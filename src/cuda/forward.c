@@ -23,8 +23,9 @@ struct kiln_cuda_context {
     int32_t *h_io;     /* pinned staging of d_io */
     int32_t *h_tokens; /* pinned: two slots, so one step's id is read while the next step runs */
     cudaEvent_t token_ready[2];
-    int ahead_slot;    /* kiln_cuda_decode_greedy: the step queued ahead writes h_tokens[ahead_slot], */
-    bool ahead;        /* while ahead is set; it was fed ahead_token at ahead_pos */
+    /* kiln_cuda_decode_greedy's steps in flight (0..2), the oldest at ahead_pos, fed ahead_token (the next one is
+     * fed the oldest's argmax on the device); the step at position p leaves its id in h_tokens[p & 1] */
+    int n_ahead;
     int32_t ahead_token, ahead_pos;
     float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
     void *act_q;       /* Q8_1 of the current GEMV input (one token) */
@@ -326,7 +327,7 @@ static int decode_step(kiln_cuda_context *c, int greedy) {
 }
 
 int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err) {
-    c->ahead = false; /* a step queued ahead by kiln_cuda_decode_greedy runs first and is overwritten */
+    c->n_ahead = 0; /* steps queued ahead by kiln_cuda_decode_greedy run first; their KV rows are rewritten */
     if (n < 1 || pos < 0 || pos + n > c->n_ctx)
         return kiln_fail(err, "tokens %d..%d do not fit the context of %d positions", pos, pos + n - 1, c->n_ctx);
     for (int i = 0; i < n; i++)
@@ -371,7 +372,7 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
     if (pos < 0 || pos + n_gen > c->n_ctx)
         return kiln_fail(err, "generating %d tokens from position %d overflows the context of %d", n_gen, pos, c->n_ctx);
     if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
-    c->ahead = false;
+    c->n_ahead = 0;
     if (set_inputs(c, &token, 1, pos, err)) return -1;
     /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
     for (int i = 0; i <= n_gen; i++) {
@@ -400,23 +401,22 @@ static int queue_greedy_step(kiln_cuda_context *c, int slot) {
 int kiln_cuda_decode_greedy(kiln_cuda_context *c, int32_t token, int pos, int32_t *next, kiln_error *err) {
     if (pos < 0 || pos >= c->n_ctx) return kiln_fail(err, "position %d is outside the context of %d", pos, c->n_ctx);
     if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
-    bool queued = c->ahead && c->ahead_pos == pos && c->ahead_token == token;
-    c->ahead = false;
-    if (!queued) {
-        c->ahead_slot ^= 1;
-        if (set_inputs(c, &token, 1, pos, err)) return -1;
-        if (queue_greedy_step(c, c->ahead_slot)) return kiln_fail(err, "CUDA decode step failed to launch");
+    if (!(c->n_ahead > 0 && c->ahead_pos == pos && c->ahead_token == token)) {
+        c->n_ahead = 0; /* not what was guessed: those steps run first, and their KV rows are rewritten */
+        if (set_inputs(c, &token, 1, pos, err) || queue_greedy_step(c, pos & 1))
+            return kiln_fail(err, "CUDA decode step failed to launch");
+        c->n_ahead = 1, c->ahead_pos = pos, c->ahead_token = token;
     }
-    int slot = c->ahead_slot;
-    cudaError_t e = cudaEventSynchronize(c->token_ready[slot]);
+    /* two steps in flight: the next one, fed by this one's argmax on the device, is queued before waiting, so the
+     * GPU never waits for the host between steps (eager passes under profiling or debugging go one at a time) */
+    if (c->n_ahead == 1 && pos + 1 < c->n_ctx && !c->prof && !c->debug) {
+        if (queue_greedy_step(c, (pos + 1) & 1)) return kiln_fail(err, "CUDA decode step failed to launch");
+        c->n_ahead = 2;
+    }
+    cudaError_t e = cudaEventSynchronize(c->token_ready[pos & 1]);
     if (e != cudaSuccess) return cuda_error(err, "decode step", e);
-    *next = c->h_tokens[slot];
-    /* the likely next call feeds *next at pos + 1: the step's graph already left both in device memory */
-    if (pos + 1 < c->n_ctx && !c->prof && !c->debug) {
-        c->ahead_slot ^= 1;
-        if (queue_greedy_step(c, c->ahead_slot)) return kiln_fail(err, "CUDA decode step failed to launch");
-        c->ahead = true, c->ahead_token = *next, c->ahead_pos = pos + 1;
-    }
+    *next = c->h_tokens[pos & 1];
+    c->n_ahead--, c->ahead_pos = pos + 1, c->ahead_token = *next;
     e = cudaGetLastError();
     return e == cudaSuccess ? 0 : cuda_error(err, "decode step", e);
 }

@@ -20,6 +20,7 @@ __device__ __forceinline__ void quantize_warp(float v, int8_t *qs, __half2 *ds) 
 }
 
 __global__ void quantize_q8_1_kernel(const float *x, int8_t *q, int64_t n_blocks) {
+    pdl_wait_and_release();
     int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (b >= n_blocks) return; /* whole warps leave together: n_blocks is counted in warps */
     quantize_warp(x[b * 32 + (threadIdx.x & 31)], q + b * 32, (__half2 *)(q + n_blocks * 32) + b);
@@ -27,7 +28,7 @@ __global__ void quantize_q8_1_kernel(const float *x, int8_t *q, int64_t n_blocks
 
 extern "C" void kiln_cuda_quantize_q8_1(const float *x, void *q, int k, int n_rows, cudaStream_t stream) {
     int64_t n_blocks = (int64_t)n_rows * (k / 32);
-    quantize_q8_1_kernel<<<div_up(n_blocks * 32, 256), 256, 0, stream>>>(x, (int8_t *)q, n_blocks);
+    launch_pdl(quantize_q8_1_kernel, div_up(n_blocks * 32, 256), 256, stream, x, (int8_t *)q, n_blocks);
 }
 
 __device__ __forceinline__ void store_row(float *y, int row, float v, bool accumulate) {
@@ -53,6 +54,7 @@ struct gemv_job {
  * arrays would copy them to local memory. */
 template <class F, bool SWIGLU, int SPLIT>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK) gemv_q_kernel(gemv_job job, int n_parts, const void *xq) {
+    pdl_wait_and_release();
     qtensor w = job.w[0];
     float *y = job.y[0];
     int n = job.n[0], first = 0;
@@ -125,6 +127,7 @@ template <kiln_type T, bool SWIGLU>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK)
     gemv_f_kernel(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, int k, const float *x, float *y, int n,
                   bool accumulate) {
+    pdl_wait_and_release();
     int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y;
     if (row >= n) return;
     const uint8_t *wr = w + row_bytes * row;
@@ -176,7 +179,7 @@ static int launch_float(const kiln_cuda_matrix *m, const uint8_t *w_up, const fl
     switch (m->type) {
 #define X(id)                                                                                                          \
     case id:                                                                                                           \
-        gemv_f_kernel<id, SWIGLU><<<grid, block, 0, stream>>>(w, w_up, m->row_bytes, m->k, xf, y, m->n, accumulate);  \
+        launch_pdl(gemv_f_kernel<id, SWIGLU>, grid, block, stream, w, w_up, m->row_bytes, m->k, xf, y, m->n, accumulate);\
         return 0;
         X(KILN_TYPE_F32) X(KILN_TYPE_F16) X(KILN_TYPE_BF16)
 #undef X
@@ -208,8 +211,8 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
         for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                              \
-        if (split == 2) gemv_q_kernel<F, SWIGLU, 2><<<blocks, block, 0, stream>>>(job, n_parts, xq);                  \
-        else gemv_q_kernel<F, SWIGLU, 1><<<blocks, block, 0, stream>>>(job, n_parts, xq);                             \
+        if (split == 2) launch_pdl(gemv_q_kernel<F, SWIGLU, 2>, blocks, block, stream, job, n_parts, xq);                  \
+        else launch_pdl(gemv_q_kernel<F, SWIGLU, 1>, blocks, block, stream, job, n_parts, xq);                             \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X

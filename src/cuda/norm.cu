@@ -7,6 +7,7 @@
 __global__ void __launch_bounds__(1024)
     rmsnorm_kernel(float *x, const float *residual, const float *w, float *out, int8_t *out_q, int n, int n_rows,
                    float eps) {
+    pdl_wait_and_release();
     int64_t base = (int64_t)blockIdx.x * n;
     float *xr = x + base;
     float ss = 0.0f;
@@ -41,5 +42,5 @@ extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *
     /* one block per row: a single decode row needs wide blocks, or one SM does all the work (four elements per
      * thread at most) */
     int threads = n >= 4096 ? 1024 : n >= 2048 ? 512 : 256;
-    rmsnorm_kernel<<<n_rows, threads, 0, stream>>>(x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
+    launch_pdl(rmsnorm_kernel, n_rows, threads, stream, x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
 }

@@ -6,6 +6,7 @@
 __global__ void rope_store_kernel(kiln_cuda_rope_args a, float *q, const float *k, const float *v, const float *bq,
                                   const float *bk, const float *bv, __half *k_cache, __half *v_cache,
                                   const int32_t *d_pos) {
+    pdl_wait_and_release();
     int head = blockIdx.x, t = blockIdx.y;
     int pos = *d_pos + t;
     bool is_q = head < a.n_head;
@@ -48,6 +49,6 @@ extern "C" void kiln_cuda_rope_store(const kiln_cuda_rope_args *a, float *q, con
     dim3 grid(a->n_head + a->n_head_kv, n_tokens);
     int threads = a->head_dim / 2 < 128 ? a->head_dim / 2 : 128;
     threads = (threads + 31) / 32 * 32;
-    rope_store_kernel<<<grid, threads, 0, stream>>>(*a, q, k, v, bq, bk, bv, (__half *)k_cache, (__half *)v_cache,
-                                                    d_pos);
+    launch_pdl(rope_store_kernel, grid, threads, stream, *a, q, k, v, bq, bk, bv, (__half *)k_cache, (__half *)v_cache,
+               d_pos);
 }

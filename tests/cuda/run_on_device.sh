@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs the CUDA tests and benchmarks on a GPU machine from binaries built elsewhere and copied into .devrun/
 # (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, py/: the gguf package; the three
-# may come packed as pkg.tar.xz; models/: test models, smollm2-vocab.gguf: the default model's tokenizer alone).
+# may come packed as pkg.tar.xz; models/: test models, smollm2.gguf.vocab: the default model's tokenizer alone, a GGUF named so that the model test does not take it).
 # Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [gemv] [attention] [ncu]
 #        [model] [synth] [kiln] [debug] [default] [decode MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
             [ -e /tmp/$shape.gguf ] || PYTHONPATH=$root/.devrun/py run python3 "$root/tests/cuda/make_model.py" $shape q4_k_m /tmp/$shape.gguf
         done ;;
     kiln) # the CLI end to end: kiln synth files, kiln bench on the GPU with its profile, greedy text on GPU and CPU
-        vocab=$root/.devrun/models/smollm2-vocab.gguf
+        vocab=$root/.devrun/models/smollm2.gguf.vocab
         for shape in smollm2-135m qwen2-1.5b; do
             [ -e /tmp/kiln-$shape.gguf ] || run "$bin/kiln" synth --shape $shape --type q4_k_m --vocab-from "$vocab" -o /tmp/kiln-$shape.gguf --quiet
             run "$bin/kiln" bench -m /tmp/kiln-$shape.gguf --device cuda --profile

@@ -310,8 +310,9 @@ static void test_rope(void **state) {
 }
 
 /* Attention of T query tokens over a random F16 cache, against a double softmax over the same halves. */
-static void check_attention(int head_dim, int n_split, int pos0, int T) {
-    kiln_cuda_attn_args a = {.n_head = 8, .n_head_kv = 2, .head_dim = head_dim, .n_ctx = 640, .n_split = n_split};
+static void check_attention(int head_dim, int n_split, int min_chunk, int pos0, int T) {
+    kiln_cuda_attn_args a = {.n_head = 8, .n_head_kv = 2, .head_dim = head_dim, .n_ctx = 640, .n_split = n_split,
+                             .min_chunk = min_chunk};
     const int qd = a.n_head * head_dim;
     size_t cache_n = (size_t)a.n_head_kv * a.n_ctx * head_dim;
     kiln_half *kh = malloc(2 * cache_n), *vh = malloc(2 * cache_n);
@@ -358,7 +359,8 @@ static void check_attention(int head_dim, int n_split, int pos0, int T) {
             }
         }
     double e = rel_err(out, ref, (size_t)T * qd);
-    fprintf(stderr, "attention hd %d split %d pos %d T %d: rel err %.2e\n", head_dim, n_split, pos0, T, e);
+    fprintf(stderr, "attention hd %d split %d (slices of %d+) pos %d T %d: rel err %.2e\n", head_dim, n_split,
+            min_chunk, pos0, T, e);
     assert_true(e < 1e-5);
     free(kh), free(vh), free(q), free(out), free(ref), free(sc);
     gpu_free_all();
@@ -366,15 +368,19 @@ static void check_attention(int head_dim, int n_split, int pos0, int T) {
 
 static void test_attention(void **state) {
     SKIP_WITHOUT_GPU();
-    check_attention(64, 1, 0, 1);    /* a single position */
-    check_attention(64, 16, 5, 1);   /* more slices than positions: empty slices */
-    check_attention(128, 16, 600, 1);
-    check_attention(128, 7, 300, 4); /* a causal batch */
-    check_attention(256, 3, 100, 2);
+    check_attention(64, 1, 0, 0, 1);    /* a single position */
+    check_attention(64, 16, 0, 5, 1);   /* more slices than positions: empty slices */
+    check_attention(128, 16, 0, 600, 1);
+    check_attention(128, 7, 0, 300, 4); /* a causal batch */
+    check_attention(256, 3, 0, 100, 2);
+    /* the decode setting: slices of a minimum length, the later ones empty while the context is short */
+    check_attention(128, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK, 40, 1);
+    check_attention(128, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK, 639, 1);
+    check_attention(64, 32, 7, 100, 1); /* a last slice shorter than the rest */
     /* prompt batches: the tiled kernel (a partial tile, several tiles, positions before the batch) */
-    check_attention(64, 1, 0, KILN_CUDA_PREFILL_ATTENTION_MIN);
-    check_attention(128, 1, 37, KILN_CUDA_PREFILL_ATTENTION_MIN + 45);
-    check_attention(256, 1, 5, KILN_CUDA_PREFILL_ATTENTION_MIN + 3);
+    check_attention(64, 1, 0, 0, KILN_CUDA_PREFILL_ATTENTION_MIN);
+    check_attention(128, 1, 0, 37, KILN_CUDA_PREFILL_ATTENTION_MIN + 45);
+    check_attention(256, 1, 0, 5, KILN_CUDA_PREFILL_ATTENTION_MIN + 3);
 }
 
 static void test_argmax(void **state) {
