@@ -5,6 +5,11 @@ rather than kiln's: llama Q/K weights are permuted back to the HF layout (the GG
 that llama.cpp can rotate adjacent pairs) and rope uses HF's rotate_half. Norms, rope and softmax run in float64;
 matrix products in float32 BLAS (about 1e-6 relative error, far inside the 1e-4 the tests ask).
 
+forward(..., fast=True) also rounds what kiln's fast path rounds, so that path can be checked tightly too: the input
+of every matrix product is quantized to the 8-bit format kiln's dot product for that weight type takes (Q8_0 for
+Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for k-quants; same blocks, scales and rounding as src/quant's
+quantize_row_q8_*), and keys and values are rounded to float16 as kiln's default KV cache stores them.
+
     python3 numpy_llama.py MODEL.gguf 1,2,3 [N]   prints the greedy continuation of N tokens (ids)
 """
 import os
@@ -13,8 +18,15 @@ import sys
 # one BLAS thread: on a shared machine OpenBLAS worker threads spin against other jobs (50x slower here)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
+from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
+
+# the activation format of each weight type's dot product in kiln's fast path (src/quant's vec_dot_type)
+ACTIVATION = {Q.Q4_0: Q.Q8_0, Q.Q5_0: Q.Q8_0, Q.Q8_0: Q.Q8_0, Q.Q4_1: Q.Q8_1, Q.Q5_1: Q.Q8_1,
+              Q.Q2_K: Q.Q8_K, Q.Q3_K: Q.Q8_K, Q.Q4_K: Q.Q8_K, Q.Q5_K: Q.Q8_K, Q.Q6_K: Q.Q8_K}
+# block bytes of the types whose blocks start with halves d and m (weight = d * q + m)
+OFFSET_BLOCK_BYTES = {Q.Q4_1: 20, Q.Q5_1: 24}
 
 
 class Model:
@@ -34,7 +46,6 @@ class Model:
         self.rope_base = float(self._get(f"{a}.rope.freq_base", 10000.0))
         self.rope_dim = int(self._get(f"{a}.rope.dimension_count", self.head_dim))
         self.embd = self.weight("token_embd.weight")
-        self.output = self.weight("output.weight") if "output.weight" in self.tensors else self.embd
         freq_factors = self.weight("rope_freqs.weight") if "rope_freqs.weight" in self.tensors else 1.0
         exps = np.arange(0, self.rope_dim, 2, dtype=np.float64) / self.rope_dim
         self.inv_freq = 1.0 / (self.rope_base ** exps) / freq_factors
@@ -61,11 +72,26 @@ class Model:
 
     def qk_weight(self, name, n_head):
         """Undoes the llama converter's row interleave, giving the HF layout (rotate_half pairs i, i + d/2)."""
-        w = self.weight(name)
-        if self.arch != "llama":
-            return w
-        rows = w.shape[0]
-        return w.reshape(n_head, self.head_dim // 2, 2, -1).swapaxes(1, 2).reshape(rows, -1)
+        return self.unpermute(self.weight(name), n_head)
+
+    def unpermute(self, rows_of, n_head):
+        """Any per-row array of a Q/K weight, in the HF row order (n_head None: not a Q/K weight)."""
+        if n_head is None or self.arch != "llama":
+            return rows_of
+        return rows_of.reshape(n_head, self.head_dim // 2, 2, -1).swapaxes(1, 2).reshape(rows_of.shape[0], -1)
+
+    def offset_split(self, name):
+        """An offset type's weight as d * q (float32, m left out) and its m per row and block."""
+        key = name + "#offset"
+        if key not in self.cache:
+            t = self.tensors[name]
+            blocks = np.array(t.data).reshape(-1, OFFSET_BLOCK_BYTES[t.tensor_type])
+            m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+            blocks[:, 2:4] = 0
+            w = dequantize(blocks.reshape(t.data.shape), t.tensor_type).astype(np.float32)
+            rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
+            self.cache[key] = (w.reshape(rows, -1), m.reshape(rows, -1))
+        return self.cache[key]
 
     def bias(self, name):
         return self.weight(name).astype(np.float64) if name in self.tensors else 0.0
@@ -74,6 +100,50 @@ class Model:
 def mm(x, w):
     """x @ w.T with float32 weights, without converting the weights to float64 on every call."""
     return (x.astype(np.float32) @ w.T).astype(np.float64)
+
+
+def round_half_away(v):
+    return np.sign(v) * np.floor(np.abs(v.astype(np.float64)) + 0.5)
+
+
+def quantize_q8(x):
+    """Rows of x as kiln's quantize_row_q8_0/q8_1 make them: per 32 values d = amax / 127 and q = round(x * (1/d)),
+    ties away from zero, all in float32. Returns q, d rounded to float16, and Q8_1's s = f16(d * sum(q)), per block."""
+    xb = x.astype(np.float32).reshape(len(x), -1, 32)
+    d = np.abs(xb).max(axis=-1, keepdims=True) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    q = round_half_away(xb * inv)
+    s = (q.sum(axis=-1, keepdims=True).astype(np.float32) * d).astype(np.float16)
+    return q, d.astype(np.float16).astype(np.float64), s.astype(np.float64)[..., 0]
+
+
+def quantize_q8_K(x):
+    """Rows of x through kiln's quantize_row_q8_K and back: per 256 values, iscale = -127 / (the value of largest
+    magnitude, the first one on ties), q = iscale * x rounded half to even, d = 1 / iscale, all in float32."""
+    xb = x.astype(np.float32).reshape(len(x), -1, 256)
+    top = np.take_along_axis(xb, np.abs(xb).argmax(axis=-1)[..., None], axis=-1)
+    iscale = np.divide(np.float32(-127), top, out=np.zeros_like(top), where=top != 0)
+    q = np.clip(np.rint(iscale * xb), -127, 127)
+    d = np.divide(np.float32(1), iscale, out=np.zeros_like(iscale), where=iscale != 0)
+    return (q * d).reshape(len(x), -1)
+
+
+def linear(m, x, name, n_head=None, fast=False):
+    """x @ W.T for the weight called name (n_head: a Q/K weight, rows in the HF order). fast: as kiln's fast path
+    computes it, with x quantized to the activation format of the weight's type."""
+    t = m.tensors[name]
+    act = ACTIVATION.get(t.tensor_type) if fast else None
+    if act is None:
+        return mm(x, m.unpermute(m.weight(name), n_head))
+    if act == Q.Q8_K:
+        return mm(quantize_q8_K(x), m.unpermute(m.weight(name), n_head))
+    q, d, s = quantize_q8(x)
+    xq = (q * d).reshape(len(x), -1)  # exact in float32: 8-bit q times an 11-bit d
+    if t.tensor_type not in OFFSET_BLOCK_BYTES:
+        return mm(xq, m.unpermute(m.weight(name), n_head))
+    # offset weights: d_x d_y (q_x . q_y) per block, plus m_x s_y where s_y is the block's own rounded sum
+    w, offsets = m.offset_split(name)
+    return mm(xq, m.unpermute(w, n_head)) + s @ m.unpermute(offsets, n_head).T.astype(np.float64)
 
 
 def rmsnorm(x, g, eps):
@@ -91,35 +161,40 @@ def rope(x, positions, inv_freq, rope_dim):
     return np.concatenate([rot * cos + rotated * sin, rest], axis=-1)
 
 
-def forward(m, ids):
-    """Logits (len(ids), n_vocab), float64, for a sequence starting at position 0."""
+def forward(m, ids, fast=False, kv_f16=None):
+    """Logits (len(ids), n_vocab), float64, for a sequence starting at position 0. fast: round as kiln's fast path
+    does (quantized matmul inputs, keys and values through float16 unless kv_f16 is False)."""
+    kv_f16 = fast if kv_f16 is None else kv_f16
     T = len(ids)
     pos = np.arange(T)
     x = m.embd[np.asarray(ids)].astype(np.float64)
     mask = np.triu(np.full((T, T), -np.inf), k=1)
     group = m.n_head // m.n_head_kv
+    output = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     for l in range(m.n_layer):
         p = f"blk.{l}."
         h = rmsnorm(x, m.weight(p + "attn_norm.weight"), m.eps)
-        q = mm(h, m.qk_weight(p + "attn_q.weight", m.n_head)) + m.bias(p + "attn_q.bias")
-        k = mm(h, m.qk_weight(p + "attn_k.weight", m.n_head_kv)) + m.bias(p + "attn_k.bias")
-        v = mm(h, m.weight(p + "attn_v.weight")) + m.bias(p + "attn_v.bias")
+        q = linear(m, h, p + "attn_q.weight", m.n_head, fast) + m.bias(p + "attn_q.bias")
+        k = linear(m, h, p + "attn_k.weight", m.n_head_kv, fast) + m.bias(p + "attn_k.bias")
+        v = linear(m, h, p + "attn_v.weight", fast=fast) + m.bias(p + "attn_v.bias")
         q = rope(q.reshape(T, m.n_head, m.head_dim), pos, m.inv_freq, m.rope_dim)
         k = rope(k.reshape(T, m.n_head_kv, m.head_dim), pos, m.inv_freq, m.rope_dim)
         v = v.reshape(T, m.n_head_kv, m.head_dim)
+        if kv_f16:
+            k, v = (a.astype(np.float32).astype(np.float16).astype(np.float64) for a in (k, v))
         k = np.repeat(k, group, axis=1)
         v = np.repeat(v, group, axis=1)
         scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(m.head_dim) + mask
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
         o = np.einsum("hts,shd->thd", scores, v).reshape(T, -1)
-        x = x + mm(o, m.weight(p + "attn_output.weight"))
+        x = x + linear(m, o, p + "attn_output.weight", fast=fast)
         h = rmsnorm(x, m.weight(p + "ffn_norm.weight"), m.eps)
-        gate = mm(h, m.weight(p + "ffn_gate.weight"))
-        up = mm(h, m.weight(p + "ffn_up.weight"))
-        x = x + mm(gate / (1.0 + np.exp(-gate)) * up, m.weight(p + "ffn_down.weight"))
+        gate = linear(m, h, p + "ffn_gate.weight", fast=fast)
+        up = linear(m, h, p + "ffn_up.weight", fast=fast)
+        x = x + linear(m, gate / (1.0 + np.exp(-gate)) * up, p + "ffn_down.weight", fast=fast)
     x = rmsnorm(x, m.weight("output_norm.weight"), m.eps)
-    return mm(x, m.output)
+    return linear(m, x, output, fast=fast)
 
 
 def greedy(m, ids, n):

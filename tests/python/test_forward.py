@@ -1,11 +1,16 @@
 """kiln's forward pass against the independent numpy reference (numpy_llama.py) on the default model.
 
 - the F32 reference path (`kiln run --reference`): relative error < 1e-4 per position;
-- the fast quantized path: activations are quantized to 8 bits before every matmul (as in the reference engines),
-  which on this model moves the logits by a few percent (stated bound: relative L2 error < 0.35 at every position,
-  < 0.08 on average; logits here are ~25 in size, so that is about one logit); the same top-1 token wherever the
-  reference's top two are more than 1.0 apart, and on at least 90% of all positions (measured: ~93%; the misses are
-  near ties, 0.08-0.8 apart in the reference);
+- the fast quantized path: activations are quantized to 8 bits before every matmul (as in the reference engines)
+  and keys/values are stored as float16, which on this model moves the logits by a few percent (stated bound:
+  relative L2 error < 0.35 at every position, < 0.08 on average; logits here are ~25 in size, so that is about one
+  logit; median RMS logit difference 0.16). Top-1, the issue's bar: the same token on >= 99% of the positions that
+  are not near ties (the reference's top two more than NEAR_TIE = 0.2 apart; measured: 100% of 102 here, 100% of
+  402 with a 169-token passage added) and on >= 95% of all positions (measured: 96.5% here, 96.9% of 452).
+  Both against the plain-F32 pass and against numpy_llama's emulation of the fast path's rounding (forward(...,
+  fast=True): same Q8_0/Q8_1 blocks and rounding, float16 K/V), which agrees no better: the quantized pass is
+  chaotic, a 1e-6 relative change of the embeddings alone moves its logits by 1-8%, so any two quantized passes
+  that are not bit-identical differ by the quantization noise itself, and near ties fall either way;
 - greedy continuations, ids taken from numpy_llama.py and written here;
 - perplexity (the reference engines' chunked method) against the same computed in numpy.
 """
@@ -40,6 +45,11 @@ GREEDY = {
     "code": [472, 585, 304, 1758, 216, 32, 42, 448],
     "story": [8180, 3365, 20391, 617, 5732, 288, 1238, 281],
 }
+# top-1 tokens whose reference logits are this close are near ties, decided by the fast path's rounding noise
+NEAR_TIE = 0.2
+# kiln's fast-path configurations: two threads with the default F16 KV cache; one thread, 4-token batches, F32 KV
+FAST_RUNS = (("-t", "2"), ("-t", "1", "-b", "4", "--kv-f32"))
+
 # the fast path follows the same continuations this far (it departs at a near tie after that on "france")
 FAST_GREEDY_AGREES = {"france": 5, "code": 8, "story": 8}
 
@@ -58,6 +68,13 @@ def numpy_model(model_path):
 @pytest.fixture(scope="module")
 def numpy_logits(numpy_model):
     return {name: numpy_llama.forward(numpy_model, ids) for name, ids in PROMPTS.items()}
+
+
+@pytest.fixture(scope="module")
+def numpy_fast_logits(numpy_model):
+    """The fast path's rounding emulated, per prompt and KV-cache type (F16 unless --kv-f32)."""
+    return {(name, run): numpy_llama.forward(numpy_model, ids, fast=True, kv_f16="--kv-f32" not in run)
+            for name, ids in PROMPTS.items() for run in FAST_RUNS}
 
 
 def kiln_logits(model_path, ids, *extra):
@@ -85,23 +102,32 @@ def test_reference_path_matches_numpy(model_path, numpy_logits):
         assert err.max() < 1e-4, f"{name}: relative errors {err}"
 
 
-def test_fast_path_within_bound_and_same_top1(model_path, numpy_logits):
-    errs, agree, total = [], 0, 0
+def top1_agreement(got, want):
+    """Per position: whether the top-1 tokens agree, and how far apart the reference's top two logits are."""
+    top2 = np.sort(want, axis=1)[:, -2:]
+    return got.argmax(axis=1) == want.argmax(axis=1), top2[:, 1] - top2[:, 0]
+
+
+def test_fast_path_within_bound_and_same_top1(model_path, numpy_logits, numpy_fast_logits):
+    errs = []
+    same = {"plain": [], "emulated": []}
+    margins = {"plain": [], "emulated": []}
     for name, ids in PROMPTS.items():
-        for extra in (["-t", "2"], ["-t", "1", "-b", "4", "--kv-f32"]):
-            want = numpy_logits[name]
-            got = kiln_logits(model_path, ids, *extra)
-            err = rel_errors(got, want)
-            assert err.max() < 0.35, f"{name} {extra}: relative errors {err}"
+        for run in FAST_RUNS:
+            got = kiln_logits(model_path, ids, *run)
+            err = rel_errors(got, numpy_logits[name])
+            assert err.max() < 0.35, f"{name} {run}: relative errors {err}"
             errs.extend(err)
-            top_want, top_got = want.argmax(axis=1), got.argmax(axis=1)
-            top2 = np.sort(want, axis=1)[:, -2:]
-            clear = top2[:, 1] - top2[:, 0] > 1.0
-            assert (top_want == top_got)[clear].all(), f"{name} {extra}: top-1 differs where the reference is clear"
-            agree += int((top_want == top_got).sum())
-            total += len(ids)
+            for ref, want in (("plain", numpy_logits[name]), ("emulated", numpy_fast_logits[name, run])):
+                agree, margin = top1_agreement(got, want)
+                assert agree[margin > 1.0].all(), f"{name} {run}: top-1 differs from the {ref} reference where clear"
+                same[ref].extend(agree)
+                margins[ref].extend(margin)
     assert np.mean(errs) < 0.08
-    assert agree >= 0.90 * total, f"top-1 agrees on {agree} of {total} positions"
+    for ref in same:
+        agree, decided = np.array(same[ref]), np.array(margins[ref]) >= NEAR_TIE
+        assert agree[decided].mean() >= 0.99, f"{ref}: top-1 agrees on {agree[decided].sum()} of {decided.sum()}"
+        assert agree.mean() >= 0.95, f"{ref}: top-1 agrees on {agree.sum()} of {len(agree)} positions"
 
 
 def test_greedy_continuations(model_path):
