@@ -239,8 +239,18 @@ def test_disconnect_while_waiting_cancels(server):
     assert request(server, "POST", CHAT, {"messages": HELLO, "max_tokens": 2})[0] == 200
 
 
-def test_api_key(kiln_bin, model_path):
-    with KilnServer(kiln_bin, model_path, ["--api-key", "s3cret", "--ctx", "512"]) as keyed:
+def test_no_cors_unless_asked(server):
+    status, headers, _ = request(server, "GET", "/v1/models", headers={"Origin": "https://elsewhere.example"})
+    assert status == 200 and "Access-Control-Allow-Origin" not in headers
+
+
+def test_api_key_and_cors(kiln_bin, model_path):
+    args = ["--api-key", "s3cret", "--ctx", "512", "--cors", "https://app.example"]
+    with KilnServer(kiln_bin, model_path, args) as keyed:
+        # a browser's preflight carries no key; the answer lets the real request through
+        status, headers, _ = request(keyed, "OPTIONS", CHAT, headers={"Origin": "https://app.example"})
+        assert status == 204 and headers["Access-Control-Allow-Origin"] == "https://app.example"
+        assert "Authorization" in headers["Access-Control-Allow-Headers"]
         assert request(keyed, "GET", "/health")[0] == 200  # public, for load balancers
         err = error_of(*request(keyed, "GET", "/v1/models"), 401)
         assert err["code"] == "invalid_api_key"
