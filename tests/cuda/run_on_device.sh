@@ -49,8 +49,7 @@ while [ $# -gt 0 ]; do
         done
         # a note, not a failure: on random weights the two paths' different activation rounding flips near-ties
         if cmp -s "$out/greedy-cuda.txt" "$out/greedy-cpu.txt"; then echo "greedy text: cuda == cpu"; else echo "note: greedy text differs (see greedy-*.txt)"; fi ;;
-    debug) # KILN_GPU_DEBUG=1: every op of each decode step against the CPU
-        KILN_GPU_DEBUG=1 run "$bin/kiln" run -m "$root/.devrun/models/tiny-qwen2-q4km.gguf" --device cuda --temp 0 -n 4 -p "hello"
+    debug) # KILN_GPU_DEBUG=1: every op of each decode step against the CPU (on the kiln stage's synth model)
         [ -e /tmp/kiln-smollm2-135m.gguf ] && KILN_GPU_DEBUG=1 run "$bin/kiln" run -m /tmp/kiln-smollm2-135m.gguf --device cuda --temp 0 -n 3 -p "The quick brown fox" ;;
     default) # greedy text of the default model (trained weights) on the GPU against the CPU fast and reference paths
         if [ -e /root/kiln-m/a ] && [ -e "$root/.devrun/models/default.b" ]; then
