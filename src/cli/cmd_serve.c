@@ -1,10 +1,12 @@
 /* kiln serve: the OpenAI-compatible HTTP server over one model, until SIGINT or SIGTERM. */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/gen_opts.h"
 #include "server/server.h"
@@ -16,6 +18,16 @@ typedef struct serve_opts {
     srv_options srv;
     kiln_sched_params sched;
 } serve_opts;
+
+static int stop_pipe[2];
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+    char byte = 1;
+    ssize_t n = write(stop_pipe[1], &byte, 1); /* a full pipe already holds a wake-up */
+    (void)n;
+}
 
 static void usage(FILE *out) {
     fprintf(out, "usage: kiln serve -m MODEL [options]\n\n"
@@ -117,11 +129,23 @@ int cmd_serve(int argc, char **argv) {
     if (parse_args(&o, argc, argv)) return 1;
     o.srv.model_id = o.alias ? o.alias : base_name(o.model);
 
-    /* the signals are taken by sigwait below: blocked before any thread starts, so every thread inherits that */
+    /* SIGINT and SIGTERM: blocked in every thread but this one (threads started later inherit the mask); their
+     * handler wakes this thread through a pipe */
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
+    if (pipe(stop_pipe)) {
+        perror("error: pipe");
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -142,9 +166,10 @@ int cmd_serve(int argc, char **argv) {
     bool ipv6 = strchr(host, ':') != NULL;
     fprintf(stderr, "kiln serve: %s on http://%s%s%s:%d (API key %s)\n", o.srv.model_id, ipv6 ? "[" : "", host,
             ipv6 ? "]" : "", srv_port(s), o.srv.api_key ? "required" : "not required");
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    fprintf(stderr, "kiln serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
+    char byte;
+    while (read(stop_pipe[0], &byte, 1) < 0 && errno == EINTR) continue;
+    fprintf(stderr, "kiln serve: %s: stopping\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
     srv_stop(s);
     kiln_model_close(m);
     return 0;
