@@ -293,6 +293,7 @@ static void *sched_main(void *arg) {
             s->n_queued--;
         }
         int n_work = plan_step(s);
+        s->exec->ops->stats(s->exec, &s->stats); /* before on_done: a caller may look right after */
         pthread_mutex_unlock(&s->lock);
         report_ended(ended);
         if (failed) seq_done(failed, err.msg);
