@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/server_impl.h"
@@ -71,6 +72,15 @@ static enum MHD_Result preflight(srv_server *s, struct MHD_Connection *c, srv_co
     return ret;
 }
 
+static void set_active(srv_server *s, srv_conn *cc, bool active) {
+    if (cc->active == active) return;
+    cc->active = active;
+    pthread_mutex_lock(&s->active_mu);
+    s->active += active ? 1 : -1;
+    pthread_cond_broadcast(&s->active_cv);
+    pthread_mutex_unlock(&s->active_mu);
+}
+
 static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, srv_conn *cc, const char *url,
                                 const char *method) {
     srv_error e;
@@ -86,8 +96,10 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *c, srv_con
                  s->opt.max_body);
         return srv_send_error(s, c, cc, &e);
     }
-    if (r->handler == SRV_H_CHAT) return srv_handle_generate(s, c, cc, SRV_CHAT);
-    if (r->handler == SRV_H_COMPLETION) return srv_handle_generate(s, c, cc, SRV_COMPLETION);
+    if (r->handler == SRV_H_CHAT || r->handler == SRV_H_COMPLETION) {
+        set_active(s, cc, true);
+        return srv_handle_generate(s, c, cc, r->handler == SRV_H_CHAT ? SRV_CHAT : SRV_COMPLETION);
+    }
     return srv_handle_get(s, c, cc, r->handler);
 }
 
@@ -147,6 +159,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     srv_conn *cc = *con_cls;
     if (!cc) return;
+    set_active(cls, cc, false);
     free(cc->body);
     free(cc);
     *con_cls = NULL;
@@ -176,6 +189,25 @@ static int start_daemon(srv_server *s, kiln_error *err) {
     return 0;
 }
 
+static void destroy(srv_server *s) {
+    pthread_cond_destroy(&s->active_cv);
+    pthread_mutex_destroy(&s->active_mu);
+    pthread_rwlock_destroy(&s->sched_lock);
+    srv_metrics_destroy(&s->metrics);
+    free(s);
+}
+
+/* Waits, a bounded time, for the responses of cancelled requests to go out. */
+static void drain_active(srv_server *s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&s->active_mu);
+    while (s->active > 0)
+        if (pthread_cond_timedwait(&s->active_cv, &s->active_mu, &until)) break;
+    pthread_mutex_unlock(&s->active_mu);
+}
+
 srv_server *srv_start(kiln_model *m, const kiln_sched_params *sp, const srv_options *o, kiln_error *err) {
     srv_server *s = calloc(1, sizeof *s);
     if (!s) {
@@ -188,11 +220,11 @@ srv_server *srv_start(kiln_model *m, const kiln_sched_params *sp, const srv_opti
     s->n_ctx = sp->n_ctx ? sp->n_ctx : train > 0 && train < 4096 ? train : 4096; /* the scheduler's default */
     srv_metrics_init(&s->metrics);
     pthread_rwlock_init(&s->sched_lock, NULL);
+    pthread_mutex_init(&s->active_mu, NULL);
+    pthread_cond_init(&s->active_cv, NULL);
     if (!(s->sched = kiln_sched_new(m, sp, err)) || start_daemon(s, err)) {
         if (s->sched) kiln_sched_free(s->sched);
-        pthread_rwlock_destroy(&s->sched_lock);
-        srv_metrics_destroy(&s->metrics);
-        free(s);
+        destroy(s);
         return NULL;
     }
     return s;
@@ -208,9 +240,8 @@ void srv_stop(srv_server *s) {
     kiln_sched_free(s->sched);
     s->sched = NULL;
     pthread_rwlock_unlock(&s->sched_lock);
+    drain_active(s);
     MHD_stop_daemon(s->daemon);
     if (listener != MHD_INVALID_SOCKET) close(listener);
-    pthread_rwlock_destroy(&s->sched_lock);
-    srv_metrics_destroy(&s->metrics);
-    free(s);
+    destroy(s);
 }

@@ -25,6 +25,10 @@ struct srv_server {
     pthread_rwlock_t sched_lock;
     kiln_sched *sched;
     srv_metrics metrics;
+    /* Generation requests whose response is not yet sent: srv_stop lets them finish before closing connections. */
+    pthread_mutex_t active_mu;
+    pthread_cond_t active_cv;
+    int active;
 };
 
 /* One connection's request while its body arrives. */
@@ -33,6 +37,7 @@ typedef struct srv_conn {
     size_t len, cap;
     bool too_large;
     const char *route; /* for metrics */
+    bool active;       /* counted in srv_server.active until the response is sent */
 } srv_conn;
 
 /* Queues a response with the standard headers (JSON or the given type, CORS) and counts it. */
