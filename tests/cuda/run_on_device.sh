@@ -10,12 +10,13 @@
 set -u
 out=$1; shift
 root=$(cd "$(dirname "$0")/../.." && pwd)
-[ -e "$root/.devrun/pkg.tar.xz" ] && tar -xJf "$root/.devrun/pkg.tar.xz" -C "$root/.devrun"
-export LD_LIBRARY_PATH=$root/.devrun/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+devrun=${DEVRUN:-$devrun} # another folder of the same shape when DEVRUN names one
+[ -e "$devrun/pkg.tar.xz" ] && tar -xJf "$devrun/pkg.tar.xz" -C "$devrun"
+export LD_LIBRARY_PATH=$devrun/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 for d in $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, n, "lib") for p in nvidia.__path__ for n in os.listdir(p)))' 2>/dev/null); do
     LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
 done
-bin=$root/.devrun/bin
+bin=$devrun/bin
 status=0
 run() { echo "== $*"; "$@" 2>&1 | tee -a "$out/log.txt"; local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || { echo "!! exit $rc: $*"; status=1; }; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.txt"
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
     kernels) run "$bin/cuda_kernels" ;;
     memcheck) run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_kernels" ;;
     racecheck) run compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/cuda_kernels" ;;
-    memcheck-model) export KILN_CUDA_TEST_MODELS="$root/.devrun/models/tiny-qwen2-q4km.gguf"
+    memcheck-model) export KILN_CUDA_TEST_MODELS="$devrun/models/tiny-qwen2-q4km.gguf"
         run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_model" ;;
     attention) run "$bin/bench_cuda_attention" ;;
     gemv) run "$bin/bench_cuda_gemv" 4096 14336; run "$bin/bench_cuda_gemv" 14336 4096 ;;
@@ -33,13 +34,13 @@ while [ $# -gt 0 ]; do
             --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
             "$bin/bench_cuda_gemv" > "$out/ncu.txt" 2>&1
         grep -E "gemv_q_kernel|Throughput|Duration|Warp Cycles|Stall|Occupancy|Registers|L1/TEX Hit|Mem Busy|Max Bandwidth|Issued" "$out/ncu.txt" | head -60 ;;
-    model) export KILN_CUDA_TEST_MODELS="$(ls "$root"/.devrun/models/*.gguf | tr '\n' ' ')"; run "$bin/cuda_model" ;;
+    model) export KILN_CUDA_TEST_MODELS="$(ls "$devrun"/models/*.gguf | tr '\n' ' ')"; run "$bin/cuda_model" ;;
     synth) # random Q4_K_M files at the reference shapes, made here (the generator's gguf package travels in .devrun/py)
         for shape in qwen2-1.5b llama3-8b; do
-            [ -e /tmp/$shape.gguf ] || PYTHONPATH=$root/.devrun/py run python3 "$root/tests/cuda/make_model.py" $shape q4_k_m /tmp/$shape.gguf
+            [ -e /tmp/$shape.gguf ] || PYTHONPATH=$devrun/py run python3 "$root/tests/cuda/make_model.py" $shape q4_k_m /tmp/$shape.gguf
         done ;;
     kiln) # the CLI end to end: kiln synth files, kiln bench on the GPU with its profile, greedy text on GPU and CPU
-        vocab=$root/.devrun/models/smollm2.gguf.vocab
+        vocab=$devrun/models/smollm2.gguf.vocab
         for shape in smollm2-135m qwen2-1.5b; do
             [ -e /tmp/kiln-$shape.gguf ] || run "$bin/kiln" synth --shape $shape --type q4_k_m --vocab-from "$vocab" -o /tmp/kiln-$shape.gguf --quiet
             run "$bin/kiln" bench -m /tmp/kiln-$shape.gguf --device cuda --profile
@@ -52,8 +53,8 @@ while [ $# -gt 0 ]; do
     debug) # KILN_GPU_DEBUG=1: every op of each decode step against the CPU (on the kiln stage's synth model)
         [ -e /tmp/kiln-smollm2-135m.gguf ] && KILN_GPU_DEBUG=1 run "$bin/kiln" run -m /tmp/kiln-smollm2-135m.gguf --device cuda --temp 0 -n 3 -p "The quick brown fox" ;;
     default) # greedy text of the default model (trained weights) on the GPU against the CPU fast and reference paths
-        if [ -e /root/kiln-m/a ] && [ -e "$root/.devrun/models/default.b" ]; then
-            cat /root/kiln-m/a "$root/.devrun/models/default.b" > /tmp/default.gguf
+        if [ -e /root/kiln-m/a ] && [ -e "$devrun/models/default.b" ]; then
+            cat /root/kiln-m/a "$devrun/models/default.b" > /tmp/default.gguf
             sha256sum /tmp/default.gguf
             for prompt in "The capital of France is" "Write a haiku about the sea." "def fibonacci(n):"; do
                 for dev in cuda cpu; do "$bin/kiln" run -m /tmp/default.gguf --device $dev --temp 0 -n 64 -p "$prompt" > "$out/default-$dev.txt" 2>>"$out/log.txt"; done
