@@ -10,7 +10,7 @@
 set -u
 out=$1; shift
 root=$(cd "$(dirname "$0")/../.." && pwd)
-devrun=${DEVRUN:-$devrun} # another folder of the same shape when DEVRUN names one
+devrun=${DEVRUN:-$root/.devrun} # another folder of the same shape when DEVRUN names one
 [ -e "$devrun/pkg.tar.xz" ] && tar -xJf "$devrun/pkg.tar.xz" -C "$devrun"
 export LD_LIBRARY_PATH=$devrun/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 for d in $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, n, "lib") for p in nvidia.__path__ for n in os.listdir(p)))' 2>/dev/null); do
