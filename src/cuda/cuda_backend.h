@@ -70,4 +70,36 @@ void kiln_cuda_profile_print(kiln_cuda_context *ctx, int n_steps, double copy_bw
  * roofline that decode speed is compared with. */
 int kiln_cuda_measure_copy_bandwidth(double *bytes_per_s, kiln_error *err);
 
+/* ---- one step over many sequences, for continuous batching (forward_batch.c) ----
+ * The KV cache is paged: blocks of block_size positions, shared by every sequence through its block table (which
+ * the caller keeps: engine/kv_pool.c). Each step takes any number of tokens per sequence (a decode token, or a
+ * prompt chunk), all through the same batched kernels, so a sequence's logits do not depend on the rest of the
+ * step. */
+typedef struct kiln_cuda_batch kiln_cuda_batch;
+
+typedef struct kiln_cuda_batch_params {
+    int block_size;             /* positions per KV block */
+    int n_ctx;                  /* positions per sequence at most */
+    int max_tokens;             /* tokens per step at most */
+    int max_seqs;               /* sequences per step at most */
+    int max_blocks, min_blocks; /* KV blocks: as many as fit in free memory up to max_blocks; fails under min_blocks */
+} kiln_cuda_batch_params;
+
+typedef struct kiln_cuda_seq {
+    const int32_t *tokens;
+    int n, pos;                 /* tokens[0..n) at positions pos..pos+n-1 */
+    const int32_t *blocks;      /* the block table: at least (pos + n) / block_size rounded up entries */
+    bool logits;                /* the last token's logits wanted */
+} kiln_cuda_seq;
+
+int kiln_cuda_batch_new(kiln_cuda_model *cm, const kiln_cuda_batch_params *p, kiln_cuda_batch **out,
+                        kiln_error *err);
+void kiln_cuda_batch_free(kiln_cuda_batch *b);
+/* KV blocks the cache holds. */
+int kiln_cuda_batch_blocks(const kiln_cuda_batch *b);
+/* Runs one step; *logits (when non-NULL) points at n_vocab floats per sequence that wanted them, in order, valid
+ * until the next step. */
+int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, const float **logits,
+                            kiln_error *err);
+
 #endif

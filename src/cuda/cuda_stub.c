@@ -49,3 +49,18 @@ int kiln_cuda_measure_copy_bandwidth(double *bytes_per_s, kiln_error *err) {
     *bytes_per_s = 0;
     return no_cuda(err);
 }
+
+int kiln_cuda_batch_new(kiln_cuda_model *cm, const kiln_cuda_batch_params *p, kiln_cuda_batch **out,
+                        kiln_error *err) {
+    *out = NULL;
+    return no_cuda(err);
+}
+
+void kiln_cuda_batch_free(kiln_cuda_batch *b) {}
+
+int kiln_cuda_batch_blocks(const kiln_cuda_batch *b) { return 0; }
+
+int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, const float **logits,
+                            kiln_error *err) {
+    return no_cuda(err);
+}

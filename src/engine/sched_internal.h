@@ -1,5 +1,5 @@
-/* The scheduler's insides, shared by scheduler.c (queue, admission, steps, callbacks) and its executors: the paged
- * batched CPU forward (sched_paged.c) and one context per running sequence (sched_slots.c, the GPU's fallback). */
+/* The scheduler's insides, shared by scheduler.c (queue, admission, steps, callbacks) and its executors: one batched
+ * forward per step over a paged KV cache, on the CPU (sched_paged.c) or the GPU (sched_cuda.c). */
 #ifndef KILN_ENGINE_SCHED_INTERNAL_H
 #define KILN_ENGINE_SCHED_INTERNAL_H
 
@@ -60,6 +60,6 @@ struct sched_exec {
 
 /* Executors. Both return NULL with err set on failure. */
 sched_exec *kiln_sched_paged_new(kiln_model *m, const kiln_sched_params *p, kiln_error *err);
-sched_exec *kiln_sched_slots_new(kiln_model *m, const kiln_sched_params *p, kiln_error *err);
+sched_exec *kiln_sched_cuda_new(kiln_model *m, const kiln_sched_params *p, kiln_error *err);
 
 #endif

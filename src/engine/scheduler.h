@@ -20,11 +20,12 @@ typedef struct kiln_sched kiln_sched;
 typedef struct kiln_sched_params {
     int parallel;      /* most sequences running at once; 0: 4 */
     int n_ctx;         /* most positions (prompt + generated) one request may use; 0: the model's, at most 4096 */
-    int n_kv_blocks;   /* blocks in the shared KV pool; 0: enough for `parallel` full contexts */
+    int n_kv_blocks;   /* blocks in the shared KV pool; 0: enough for `parallel` full contexts (on a GPU: at most
+                        * what fits beside the weights) */
     int max_queue;     /* requests waiting beyond `parallel`; submit fails past it; 0: 256 */
     int n_threads;     /* CPU threads; 0: physical cores */
     int n_chunk;       /* most prompt tokens one step carries (a multiple of 16); 0: 64 */
-    kiln_device device; /* CPU: the batched forward; CUDA or AUTO: one GPU context per running sequence */
+    kiln_device device; /* where the batched forward runs; AUTO: the GPU when one answers */
 } kiln_sched_params;
 
 kiln_sched_params kiln_sched_default_params(void);

@@ -3,7 +3,7 @@
 # (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, py/: the gguf package; the three
 # may come packed as pkg.tar.xz; models/: test models, smollm2.gguf.vocab: the default model's tokenizer alone, a GGUF named so that the model test does not take it).
 # Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [gemv] [attention] [ncu]
-#        [model] [synth] [kiln] [debug] [default] [decode MODEL...]
+#        [model] [synth] [kiln] [debug] [default] [decode MODEL...] [batch] [memcheck-batch] [batch-bench MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
 # at /root/kiln-m/a from an earlier call on the same machine and its rest in .devrun/models/default.b: too big for
 # one call's carry)
@@ -67,6 +67,17 @@ while [ $# -gt 0 ]; do
             KILN_GPU_DEBUG=1 run "$bin/kiln" run -m /tmp/default.gguf --device cuda --temp 0 -n 4 -p "The capital of France is"
         else echo "default: the model's first part is not on this machine (a fresh one): skipped"; fi ;;
     decode) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_decode" "$1"; shift; done; continue ;;
+    batch) # the batched multi-sequence step: its kernels, the forward on the test models, the scheduler on a synth model
+        [ -e /tmp/kiln-smollm2-135m.gguf ] || run "$bin/kiln" synth --shape smollm2-135m --type q4_k_m \
+            --vocab-from "$devrun/models/smollm2.gguf.vocab" -o /tmp/kiln-smollm2-135m.gguf --quiet
+        run "$bin/cuda_batch_kernels"
+        KILN_CUDA_TEST_MODELS="$(ls "$devrun"/models/*.gguf | tr '\n' ' ')" \
+            KILN_CUDA_SCHED_MODEL=/tmp/kiln-smollm2-135m.gguf run "$bin/cuda_batch" ;;
+    memcheck-batch) # needs the batch stage's synth model
+        run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_batch_kernels"
+        KILN_CUDA_TEST_MODELS="$devrun/models/tiny-qwen2-q4km.gguf" KILN_CUDA_SCHED_MODEL=/tmp/kiln-smollm2-135m.gguf \
+            run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_batch" ;;
+    batch-bench) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_batch" "$1"; shift; done; continue ;;
     *) echo "unknown stage $1"; status=1 ;;
     esac
     shift

@@ -1,0 +1,186 @@
+/* The attention of a batched step over a paged KV cache: each token of the step belongs to a sequence whose cache
+ * rows sit in fixed-size blocks named by its block table. One launch stores every token's rotated K and its V into
+ * its own slot; then split-K flash decoding runs per (head, token) over the positions that token sees, found
+ * through its table, and a merge kernel combines the slices (and quantizes the result for the output projection).
+ *
+ * Batch invariance: a token's slices depend only on how many positions it sees (never on the step's other tokens),
+ * and the merge adds them in slice order, so its attention output is the same whoever shares the step.
+ *
+ * Cache layout per layer: [block][kv head][position in block][head_dim] halves, so a block's rows for one head are
+ * one contiguous run. */
+#include "cuda/cuda_common.cuh"
+#include "cuda/kernels_batch.h"
+
+#define PAGED_WARPS 4
+
+__device__ __forceinline__ int64_t paged_row(const kiln_cuda_paged_args &a, int block, int kvh, int row) {
+    return (((int64_t)block * a.n_head_kv + kvh) * a.block_size + row) * a.head_dim;
+}
+
+/* One block per (head, token), as rope.cu: bias, rotation, q scale, and the F16 stores of k and v at the slot. */
+__global__ void rope_store_paged_kernel(kiln_cuda_paged_args a, float *q, const float *k, const float *v,
+                                        const float *bq, const float *bk, const float *bv, __half *k_cache,
+                                        __half *v_cache, const int32_t *d_pos, const int32_t *d_slot) {
+    pdl_wait_and_release();
+    int head = blockIdx.x, t = blockIdx.y;
+    int pos = d_pos[t], slot = d_slot[t];
+    bool is_q = head < a.n_head;
+    int h = is_q ? head : head - a.n_head;
+    int q_dim = a.n_head * a.head_dim, kv_dim = a.n_head_kv * a.head_dim;
+    int off = h * a.head_dim;
+    float *src = is_q ? q + (int64_t)t * q_dim + off : nullptr;
+    const float *ks = k + (int64_t)t * kv_dim + off;
+    const float *bias = is_q ? (bq ? bq + off : nullptr) : (bk ? bk + off : nullptr);
+    int64_t row = paged_row(a, slot / a.block_size, h, slot % a.block_size);
+    __half *kc = k_cache + row, *vc = v_cache + row;
+    int half_rope = a.rope_dim / 2;
+    for (int i = threadIdx.x; i < a.head_dim / 2; i += blockDim.x) {
+        int i0, i1; /* the two dims this thread owns */
+        if (i < half_rope && a.neox) i0 = i, i1 = i + half_rope;
+        else i0 = 2 * i, i1 = 2 * i + 1;
+        float x0 = is_q ? src[i0] : ks[i0], x1 = is_q ? src[i1] : ks[i1];
+        if (bias) x0 += bias[i0], x1 += bias[i1];
+        if (i < half_rope) {
+            float s, c;
+            sincosf((float)pos * a.freq[i], &s, &c);
+            float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
+            x0 = r0, x1 = r1;
+        }
+        if (is_q) {
+            src[i0] = x0 * a.q_scale, src[i1] = x1 * a.q_scale;
+        } else {
+            kc[i0] = __float2half(x0), kc[i1] = __float2half(x1);
+            const float *vs = v + (int64_t)t * kv_dim + off;
+            float v0 = vs[2 * i], v1 = vs[2 * i + 1];
+            if (bv) v0 += bv[off + 2 * i], v1 += bv[off + 2 * i + 1];
+            vc[2 * i] = __float2half(v0), vc[2 * i + 1] = __float2half(v1);
+        }
+    }
+}
+
+/* part per (token, head, slice): max, sum, then head_dim accumulators. */
+template <int HD>
+__global__ void __launch_bounds__(32 * PAGED_WARPS)
+    attn_paged_split_kernel(kiln_cuda_paged_args a, const float *q, const __half *k_cache, const __half *v_cache,
+                            const int32_t *d_pos, const int32_t *d_tables, const int32_t *d_table_off, float *part) {
+    pdl_wait_and_release();
+    constexpr int D = HD / 32;
+    int head = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int n_pos = d_pos[t] + 1;
+    int chunk = max(KILN_CUDA_DECODE_MIN_CHUNK, (n_pos + KILN_CUDA_DECODE_SPLITS - 1) / KILN_CUDA_DECODE_SPLITS);
+    int begin = split * chunk, end = min(n_pos, begin + chunk);
+    if (begin >= end) return; /* a slice past this token's length: the merge does not read it */
+    int kvh = head / (a.n_head / a.n_head_kv);
+    const int32_t *table = d_tables + d_table_off[t];
+    const float *qh = q + ((int64_t)t * a.n_head + head) * HD;
+
+    float qr[D], acc[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) qr[d] = qh[lane * D + d], acc[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int p = begin + warp; p < end; p += PAGED_WARPS) {
+        int64_t row = paged_row(a, table[p / a.block_size], kvh, p % a.block_size) + lane * D;
+        const __half *kr = k_cache + row;
+        float s = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++) s += qr[d] * __half2float(kr[d]);
+        s = warp_sum(s);
+        float m_new = fmaxf(m, s);
+        float corr = expf(m - m_new), w = expf(s - m_new);
+        const __half *vr = v_cache + row;
+#pragma unroll
+        for (int d = 0; d < D; d++) acc[d] = acc[d] * corr + w * __half2float(vr[d]);
+        l = l * corr + w;
+        m = m_new;
+    }
+
+    __shared__ float sm[PAGED_WARPS], sl[PAGED_WARPS], sacc[PAGED_WARPS][HD];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+    for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
+    __syncthreads();
+    float *out = part + (((int64_t)t * a.n_head + head) * KILN_CUDA_DECODE_SPLITS + split) * (HD + 2);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < PAGED_WARPS; w++) mx = fmaxf(mx, sm[w]);
+    for (int d = threadIdx.x; d < HD; d += 32 * PAGED_WARPS) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < PAGED_WARPS; w++)
+            if (sm[w] > -INFINITY) v += sacc[w][d] * expf(sm[w] - mx);
+        out[2 + d] = v;
+    }
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int w = 0; w < PAGED_WARPS; w++)
+            if (sm[w] > -INFINITY) sum += sl[w] * expf(sm[w] - mx);
+        out[0] = mx, out[1] = sum;
+    }
+}
+
+/* One block per (head, token), a thread per dim; with out_q the merged row is also quantized to Q8_1 (a warp holds
+ * 32 consecutive dims, one Q8_1 block). Only the slices the token's length gives are read. */
+__global__ void attn_paged_merge_kernel(kiln_cuda_paged_args a, const int32_t *d_pos, const float *part, float *out,
+                                        int8_t *out_q, int n_tokens) {
+    pdl_wait_and_release();
+    int head = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+    int hd = a.head_dim;
+    int n_pos = d_pos[t] + 1;
+    int chunk = max(KILN_CUDA_DECODE_MIN_CHUNK, (n_pos + KILN_CUDA_DECODE_SPLITS - 1) / KILN_CUDA_DECODE_SPLITS);
+    int n_split = (n_pos + chunk - 1) / chunk;
+    const float *p = part + ((int64_t)t * a.n_head + head) * KILN_CUDA_DECODE_SPLITS * (hd + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < n_split; s++) mx = fmaxf(mx, p[s * (hd + 2)]);
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float *ps = p + s * (hd + 2);
+        float w = expf(ps[0] - mx);
+        num += ps[2 + d] * w;
+        den += ps[1] * w;
+    }
+    float v = num / den;
+    int64_t i = ((int64_t)t * a.n_head + head) * hd + d;
+    out[i] = v;
+    if (out_q) {
+        float amax = warp_max(fabsf(v));
+        float scale = amax / 127.0f;
+        int q = amax > 0.0f ? __float2int_rn(v / scale) : 0;
+        int sum = warp_sum_int(q);
+        out_q[i] = (int8_t)q;
+        int64_t n = (int64_t)n_tokens * a.n_head * hd;
+        if ((d & 31) == 0) ((__half2 *)(out_q + n))[i / 32] = __floats2half2_rn(scale, scale * (float)sum);
+    }
+}
+
+extern "C" void kiln_cuda_rope_store_paged(const kiln_cuda_paged_args *a, float *q, const float *k, const float *v,
+                                           const float *bq, const float *bk, const float *bv, void *k_cache,
+                                           void *v_cache, const int32_t *d_pos, const int32_t *d_slot, int n_tokens,
+                                           cudaStream_t stream) {
+    dim3 grid(a->n_head + a->n_head_kv, n_tokens);
+    int threads = a->head_dim / 2 < 128 ? a->head_dim / 2 : 128;
+    threads = (threads + 31) / 32 * 32;
+    launch_pdl(rope_store_paged_kernel, grid, threads, stream, *a, q, k, v, bq, bk, bv, (__half *)k_cache,
+               (__half *)v_cache, d_pos, d_slot);
+}
+
+extern "C" int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, const void *k_cache,
+                                         const void *v_cache, const int32_t *d_pos, const int32_t *d_tables,
+                                         const int32_t *d_table_off, int n_tokens, float *part, float *out,
+                                         void *out_q, cudaStream_t stream) {
+    const __half *kc = (const __half *)k_cache, *vc = (const __half *)v_cache;
+    dim3 grid(a->n_head, KILN_CUDA_DECODE_SPLITS, n_tokens);
+    switch (a->head_dim) {
+#define X(HD)                                                                                                          \
+    case HD:                                                                                                           \
+        launch_pdl(attn_paged_split_kernel<HD>, grid, 32 * PAGED_WARPS, stream, *a, q, kc, vc, d_pos, d_tables,        \
+                   d_table_off, part);                                                                                 \
+        break;
+        X(64) X(128) X(256)
+#undef X
+    default: return -1;
+    }
+    launch_pdl(attn_paged_merge_kernel, dim3(a->n_head, n_tokens), a->head_dim, stream, *a, d_pos, part, out,
+               (int8_t *)out_q, n_tokens);
+    return 0;
+}

@@ -1,0 +1,261 @@
+/* One forward step over many sequences on the GPU, for the server's continuous batching: every token of the step
+ * (each running sequence's next token, and the tokens of at most a prompt chunk or two) is a row of the same
+ * activations, and each matrix is read once per step for all of them (kiln_cuda_gemv_batch). K/V rows live in a
+ * paged cache shared by all sequences: blocks of block_size positions named by each sequence's block table, which
+ * the host owns (engine/kv_pool.c) and sends with the step.
+ *
+ * Prompt chunks take the same kernels as decode tokens (a chunk of n tokens is n more vectors of the batched GEMV).
+ * That keeps one path, makes every token's result independent of the rest of the step, and costs little at the
+ * scheduler's 64-token chunks: a tensor-core GEMM would first need every weight dequantized to F16, and that copy
+ * costs about as much as the chunk's dp4a work. Long prompts alone go faster through kiln_cuda_eval's GEMMs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/executor.h"
+#include "cuda/kernels_batch.h"
+
+#define Q8_1_BYTES 36 /* one Q8_1 block per 32 activations */
+
+struct kiln_cuda_batch {
+    kiln_cuda_model *cm;
+    int n_blocks, block_size, n_ctx, max_tokens, max_seqs, max_table;
+    cudaStream_t stream;
+    void *k_cache, *v_cache; /* [n_layer][n_blocks][n_head_kv][block_size][head_dim] halves */
+    float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
+    void *act_q;             /* Q8_1 of the current GEMV input, every row of the step */
+    /* a step's inputs, one copy: tokens, positions, cache slots, table offsets (max_tokens each), logit rows
+     * (max_seqs), then the block tables */
+    int32_t *d_io, *h_io;
+    size_t io_len;
+    float *h_logits;         /* pinned: [max_seqs][n_vocab] */
+};
+
+static int cuda_error(kiln_error *err, const char *what, cudaError_t e) {
+    return kiln_fail(err, "CUDA %s: %s", what, cudaGetErrorString(e));
+}
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+static size_t block_bytes(const kiln_config *cfg, int block_size) {
+    return (size_t)cfg->n_layer * (size_t)kiln_config_kv_dim(cfg) * (size_t)block_size * 2;
+}
+
+/* Everything but the KV cache. */
+static cudaError_t alloc_buffers(kiln_cuda_batch *b) {
+    const kiln_config *cfg = &b->cm->cfg;
+    size_t T = (size_t)b->max_tokens, qd = (size_t)kiln_config_q_dim(cfg), kvd = (size_t)kiln_config_kv_dim(cfg);
+    size_t widest = max3((size_t)cfg->n_embd, qd, (size_t)cfg->n_ff);
+    b->io_len = 4 * T + (size_t)b->max_seqs + (size_t)b->max_seqs * (size_t)b->max_table;
+    struct { void **p; size_t bytes; } bufs[] = {
+        {(void **)&b->d_io, sizeof(int32_t) * b->io_len},
+        {(void **)&b->x, sizeof(float) * T * cfg->n_embd},
+        {(void **)&b->h, sizeof(float) * T * cfg->n_embd},
+        {(void **)&b->q, sizeof(float) * T * qd},
+        {(void **)&b->k, sizeof(float) * T * kvd},
+        {(void **)&b->v, sizeof(float) * T * kvd},
+        {(void **)&b->attn, sizeof(float) * T * qd},
+        {(void **)&b->ff, sizeof(float) * T * widest}, /* also the packed rows for the LM head */
+        {(void **)&b->ff2, sizeof(float) * T * cfg->n_ff},
+        {(void **)&b->logits, sizeof(float) * (size_t)b->max_seqs * cfg->n_vocab},
+        {(void **)&b->part, sizeof(float) * T * cfg->n_head * KILN_CUDA_DECODE_SPLITS * (cfg->head_dim + 2)},
+        {&b->act_q, T * widest / 32 * Q8_1_BYTES},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        cudaError_t e = cudaMalloc(bufs[i].p, bufs[i].bytes);
+        if (e != cudaSuccess) return e;
+    }
+    cudaError_t e = cudaHostAlloc((void **)&b->h_io, sizeof(int32_t) * b->io_len, cudaHostAllocDefault);
+    if (e != cudaSuccess) return e;
+    return cudaHostAlloc((void **)&b->h_logits, sizeof(float) * (size_t)b->max_seqs * cfg->n_vocab,
+                         cudaHostAllocDefault);
+}
+
+/* As many blocks as were asked for, or as fit in 95% of the memory left (at least min_blocks). */
+static int alloc_cache(kiln_cuda_batch *b, int max_blocks, int min_blocks, kiln_error *err) {
+    size_t per_block = block_bytes(&b->cm->cfg, b->block_size), free_b = 0, total_b = 0;
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) return cuda_error(err, "memory info", e);
+    size_t fit = (size_t)(0.95 * (double)free_b) / (2 * per_block);
+    b->n_blocks = fit < (size_t)max_blocks ? (int)fit : max_blocks;
+    if (b->n_blocks < min_blocks)
+        return kiln_fail(err, "a paged KV cache of %d blocks (%.1f MiB) does not fit: %.1f MiB free", min_blocks,
+                         2.0 * per_block * min_blocks / 1048576.0, free_b / 1048576.0);
+    size_t bytes = per_block * (size_t)b->n_blocks;
+    if ((e = cudaMalloc(&b->k_cache, bytes)) != cudaSuccess || (e = cudaMalloc(&b->v_cache, bytes)) != cudaSuccess)
+        return cuda_error(err, "allocating the paged KV cache", e);
+    return 0;
+}
+
+int kiln_cuda_batch_new(kiln_cuda_model *cm, const kiln_cuda_batch_params *p, kiln_cuda_batch **out,
+                        kiln_error *err) {
+    *out = NULL;
+    const kiln_config *cfg = &cm->cfg;
+    if (cfg->head_dim != 64 && cfg->head_dim != 128 && cfg->head_dim != 256)
+        return kiln_fail(err, "CUDA attention supports head_dim 64, 128 and 256, not %d", cfg->head_dim);
+    if (cfg->n_embd % 32 || kiln_config_q_dim(cfg) % 32 || cfg->n_ff % 32)
+        return kiln_fail(err, "CUDA backend needs widths that are multiples of 32");
+    if (p->block_size < 1 || p->n_ctx < 1 || p->max_tokens < 1 || p->max_seqs < 1 || p->min_blocks < 1 ||
+        p->max_blocks < p->min_blocks)
+        return kiln_fail(err, "batched GPU step: blocks of %d, context %d, %d tokens, %d sequences, %d..%d blocks",
+                         p->block_size, p->n_ctx, p->max_tokens, p->max_seqs, p->min_blocks, p->max_blocks);
+    kiln_cuda_batch *b = calloc(1, sizeof *b);
+    if (!b) return kiln_fail(err, "out of memory");
+    b->cm = cm;
+    b->block_size = p->block_size, b->n_ctx = p->n_ctx, b->max_tokens = p->max_tokens, b->max_seqs = p->max_seqs;
+    b->max_table = (p->n_ctx + p->block_size - 1) / p->block_size;
+    cudaError_t e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = alloc_buffers(b);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        kiln_cuda_batch_free(b);
+        return cuda_error(err, "buffers of a batched step", e);
+    }
+    if (alloc_cache(b, p->max_blocks, p->min_blocks, err)) {
+        kiln_cuda_batch_free(b);
+        return -1;
+    }
+    *out = b;
+    return 0;
+}
+
+int kiln_cuda_batch_blocks(const kiln_cuda_batch *b) { return b->n_blocks; }
+
+void kiln_cuda_batch_free(kiln_cuda_batch *b) {
+    if (!b) return;
+    void *bufs[] = {b->d_io, b->x, b->h, b->q, b->k, b->v, b->attn, b->ff, b->ff2, b->logits, b->part, b->act_q,
+                    b->k_cache, b->v_cache};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    if (b->h_io) cudaFreeHost(b->h_io);
+    if (b->h_logits) cudaFreeHost(b->h_logits);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    free(b);
+}
+
+/* Where the inputs of a step sit in d_io / h_io. */
+typedef struct step_io {
+    int32_t *tokens, *pos, *slot, *table_off, *rows, *tables;
+} step_io;
+
+static step_io io_at(const kiln_cuda_batch *b, int32_t *base) {
+    size_t T = (size_t)b->max_tokens;
+    return (step_io){base, base + T, base + 2 * T, base + 3 * T, base + 4 * T, base + 4 * T + b->max_seqs};
+}
+
+/* Fills h_io from the sequences; returns the number of table entries, or -1 with err set. */
+static int pack_inputs(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, int *n_tokens, int *n_rows,
+                       kiln_error *err) {
+    step_io h = io_at(b, b->h_io);
+    int T = 0, R = 0, n_tab = 0, bs = b->block_size;
+    for (int s = 0; s < n_seqs; s++) {
+        const kiln_cuda_seq *q = &seqs[s];
+        if (q->n < 1 || q->pos < 0 || q->pos + q->n > b->n_ctx)
+            return kiln_fail(err, "sequence %d: tokens %d..%d do not fit the context of %d", s, q->pos,
+                             q->pos + q->n - 1, b->n_ctx);
+        if (T + q->n > b->max_tokens)
+            return kiln_fail(err, "a step of more than %d tokens", b->max_tokens);
+        int n_blk = (q->pos + q->n + bs - 1) / bs;
+        for (int i = 0; i < n_blk; i++) {
+            if (q->blocks[i] < 0 || q->blocks[i] >= b->n_blocks)
+                return kiln_fail(err, "sequence %d: block %d is outside the cache (%d blocks)", s, q->blocks[i],
+                                 b->n_blocks);
+            h.tables[n_tab + i] = q->blocks[i];
+        }
+        for (int i = 0; i < q->n; i++, T++) {
+            int p = q->pos + i;
+            if (q->tokens[i] < 0 || q->tokens[i] >= b->cm->cfg.n_vocab)
+                return kiln_fail(err, "token id %d is outside the vocabulary (%d)", q->tokens[i], b->cm->cfg.n_vocab);
+            h.tokens[T] = q->tokens[i];
+            h.pos[T] = p;
+            h.slot[T] = q->blocks[p / bs] * bs + p % bs;
+            h.table_off[T] = n_tab;
+        }
+        if (q->logits) h.rows[R++] = T - 1;
+        n_tab += n_blk;
+    }
+    *n_tokens = T, *n_rows = R;
+    return n_tab;
+}
+
+static const void *q8_or_null(const kiln_cuda_batch *b, const kiln_cuda_matrix *m) {
+    return kiln_cuda_type_uses_q8_1(m->type) ? b->act_q : NULL;
+}
+
+/* x += W in for T rows: Q8_1 of in (quantized here unless in_q says it already is) or in itself. */
+static int residual(kiln_cuda_batch *b, const kiln_cuda_matrix *m, const float *in, bool in_q, int T) {
+    if (kiln_cuda_type_uses_q8_1(m->type) && !in_q) kiln_cuda_quantize_q8_1(in, b->act_q, m->k, T, b->stream);
+    return kiln_cuda_gemv_batch(m, b->act_q, in, T, b->x, true, b->stream);
+}
+
+static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
+    const kiln_config *cfg = &b->cm->cfg;
+    const kiln_cuda_layer *L = &b->cm->layers[l];
+    bool any_q = kiln_cuda_type_uses_q8_1(L->wq.type) || kiln_cuda_type_uses_q8_1(L->wk.type) ||
+                 kiln_cuda_type_uses_q8_1(L->wv.type);
+    kiln_cuda_rmsnorm(b->x, NULL, L->attn_norm, b->h, any_q ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps,
+                      b->stream);
+    const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
+    float *ys[3] = {b->q, b->k, b->v};
+    if (kiln_cuda_gemv_batch_multi(ms, ys, 3, b->act_q, b->h, T, b->stream)) return -1;
+    size_t layer_cache = block_bytes(cfg, b->block_size) / (size_t)cfg->n_layer * (size_t)b->n_blocks;
+    uint8_t *kc = (uint8_t *)b->k_cache + (size_t)l * layer_cache;
+    uint8_t *vc = (uint8_t *)b->v_cache + (size_t)l * layer_cache;
+    kiln_cuda_paged_args pa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, b->block_size,
+                               cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim),
+                               b->cm->rope_freq};
+    kiln_cuda_rope_store_paged(&pa, b->q, b->k, b->v, L->bq, L->bk, L->bv, kc, vc, d->pos, d->slot, T, b->stream);
+    const void *attn_q = q8_or_null(b, &L->wo);
+    if (kiln_cuda_attention_paged(&pa, b->q, kc, vc, d->pos, d->tables, d->table_off, T, b->part, b->attn,
+                                  (void *)attn_q, b->stream) ||
+        residual(b, &L->wo, b->attn, attn_q != NULL, T))
+        return -1;
+
+    const void *hq = q8_or_null(b, &L->gate);
+    kiln_cuda_rmsnorm(b->x, NULL, L->ffn_norm, b->h, (void *)hq, cfg->n_embd, T, cfg->rms_eps, b->stream);
+    if (L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes) {
+        if (kiln_cuda_gemv_batch_swiglu(&L->gate, &L->up, hq, b->h, T, b->ff, b->stream)) return -1;
+    } else {
+        if (!hq && kiln_cuda_type_uses_q8_1(L->up.type))
+            kiln_cuda_quantize_q8_1(b->h, b->act_q, cfg->n_embd, T, b->stream);
+        if (kiln_cuda_gemv_batch(&L->gate, b->act_q, b->h, T, b->ff, false, b->stream) ||
+            kiln_cuda_gemv_batch(&L->up, b->act_q, b->h, T, b->ff2, false, b->stream))
+            return -1;
+        kiln_cuda_swiglu(b->ff, b->ff2, b->ff, (int64_t)T * cfg->n_ff, b->stream);
+    }
+    return residual(b, &L->down, b->ff, false, T);
+}
+
+static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {
+    kiln_cuda_model *cm = b->cm;
+    const kiln_config *cfg = &cm->cfg;
+    if (kiln_cuda_get_rows(&cm->token_embd, d->tokens, T, b->x, b->stream)) return -1;
+    for (int l = 0; l < cfg->n_layer; l++)
+        if (layer(b, l, d, T)) return -1;
+    if (!R) return 0;
+    float *last = b->ff; /* the rows that want logits, packed */
+    kiln_cuda_gather_rows(b->x, d->rows, R, cfg->n_embd, last, b->stream);
+    const void *hq = q8_or_null(b, &cm->output);
+    kiln_cuda_rmsnorm(last, NULL, cm->output_norm, b->h, (void *)hq, cfg->n_embd, R, cfg->rms_eps, b->stream);
+    return kiln_cuda_gemv_batch(&cm->output, hq, b->h, R, b->logits, false, b->stream);
+}
+
+int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, const float **logits,
+                            kiln_error *err) {
+    if (n_seqs < 1 || n_seqs > b->max_seqs)
+        return kiln_fail(err, "a step of %d sequences (1..%d)", n_seqs, b->max_seqs);
+    int T = 0, R = 0;
+    int n_tab = pack_inputs(b, seqs, n_seqs, &T, &R, err);
+    if (n_tab < 0) return -1;
+    size_t used = 4 * (size_t)b->max_tokens + (size_t)b->max_seqs + (size_t)n_tab;
+    cudaError_t e = cudaMemcpyAsync(b->d_io, b->h_io, sizeof(int32_t) * used, cudaMemcpyHostToDevice, b->stream);
+    if (e != cudaSuccess) return cuda_error(err, "copying a step's inputs", e);
+    step_io d = io_at(b, b->d_io);
+    if (forward(b, &d, T, R)) return kiln_fail(err, "batched GPU step: a kernel rejected its arguments");
+    size_t n_logits = (size_t)R * (size_t)b->cm->cfg.n_vocab;
+    if (R) e = cudaMemcpyAsync(b->h_logits, b->logits, sizeof(float) * n_logits, cudaMemcpyDeviceToHost, b->stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
+    if (e != cudaSuccess) return cuda_error(err, "batched GPU step", e);
+    if (logits) *logits = b->h_logits;
+    return 0;
+}

@@ -1,0 +1,55 @@
+/* Launchers of the batched step over many sequences (gemv_batch.cu, attention_paged.cu, gather.cu), for
+ * forward_batch.c: the conventions of kernels.h (device pointers, enqueue only, Q8_1 activations field by field). */
+#ifndef KILN_CUDA_KERNELS_BATCH_H
+#define KILN_CUDA_KERNELS_BATCH_H
+
+#include "cuda/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[j][r] (+)= dot(row r of m, x_j) for j < n_vec: rows of y m->n apart. xq: Q8_1 of the n_vec rows of m->k
+ * values (kiln_cuda_quantize_q8_1 with n_rows = n_vec) for quantized types, xf: the F32 rows for float types. Each
+ * vector's sum runs in the same order whatever n_vec is (batch invariance). */
+int kiln_cuda_gemv_batch(const kiln_cuda_matrix *m, const void *xq, const float *xf, int n_vec, float *y,
+                         bool accumulate, cudaStream_t stream);
+/* Q, K and V of n_vec vectors: one launch when the matrices share type and width, else one each. At most 3. */
+int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
+                               const float *xf, int n_vec, cudaStream_t stream);
+/* y[j] = silu(gate x_j) * (up x_j); gate and up of the same type and shape. */
+int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
+                                const float *xf, int n_vec, float *y, cudaStream_t stream);
+
+/* A paged KV cache: per layer [n_blocks][n_head_kv][block_size][head_dim] halves; a sequence names its blocks in a
+ * block table (position p lives in block table[p / block_size], row p % block_size). */
+typedef struct kiln_cuda_paged_args {
+    int n_head, n_head_kv, head_dim, rope_dim, block_size;
+    bool neox;
+    float q_scale;
+    const float *freq;
+} kiln_cuda_paged_args;
+
+/* kiln_cuda_rope_store for tokens of different sequences: token t is at position d_pos[t] and its K/V row goes to
+ * cache slot d_slot[t] (block * block_size + row). */
+void kiln_cuda_rope_store_paged(const kiln_cuda_paged_args *a, float *q, const float *k, const float *v,
+                                const float *bq, const float *bk, const float *bv, void *k_cache, void *v_cache,
+                                const int32_t *d_pos, const int32_t *d_slot, int n_tokens, cudaStream_t stream);
+
+/* Attention of n_tokens tokens, token t seeing positions 0..d_pos[t] through its block table d_tables +
+ * d_table_off[t]: split-K flash decoding in slices of KILN_CUDA_DECODE_MIN_CHUNK positions or more (up to
+ * KILN_CUDA_DECODE_SPLITS, chosen from the token's own length), then a merge into out [n_tokens][n_head * head_dim]
+ * and, with out_q, its Q8_1 form. part: n_tokens * n_head * KILN_CUDA_DECODE_SPLITS * (head_dim + 2) floats. */
+int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, const void *k_cache, const void *v_cache,
+                              const int32_t *d_pos, const int32_t *d_tables, const int32_t *d_table_off, int n_tokens,
+                              float *part, float *out, void *out_q, cudaStream_t stream);
+
+/* dst[i] = src row d_rows[i] (width floats each), i < n_rows. */
+void kiln_cuda_gather_rows(const float *src, const int32_t *d_rows, int n_rows, int width, float *dst,
+                           cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,375 @@
+/* The batched step's kernels against CPU references on fresh random data: the multi-vector GEMV per weight type (and
+ * its Q/K/V and SwiGLU forms) against src/quant's scalar dequantize, RoPE with the store into paged KV slots, and
+ * split-K attention through block tables. Each also checks batch invariance: a vector's (token's) result computed
+ * alone is bit for bit the one computed among others. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cuda/kernels_batch.h"
+#include "gpu_test.h"
+#include "quant/quant.h"
+#include "util/half.h"
+
+#define SKIP_WITHOUT_GPU()                                                                                             \
+    do {                                                                                                               \
+        if (!gpu_present()) skip();                                                                                    \
+        rng_seed();                                                                                                    \
+    } while (0)
+
+#define Q8_1_BYTES(n) ((size_t)(n) / 32 * 36)
+
+/* The activations the GPU quantized, back as floats (n values: n int8, then n/32 (d, s) half pairs). */
+static void dequant_q8_1(const uint8_t *q, int n, float *out) {
+    for (int i = 0; i < n; i++)
+        out[i] = kiln_half_to_float(((const kiln_half *)(q + n))[2 * (i / 32)]) * (float)(int8_t)q[i];
+}
+
+static const void *upload_matrix(kiln_type type, const uint8_t *w, int k, int n) {
+    size_t bytes = kiln_row_size(type, k) * n;
+    void *file_layout = gpu_upload(w, bytes);
+    if (!kiln_cuda_type_uses_q8_1(type)) return file_layout;
+    void *dst = gpu_alloc(bytes);
+    assert_int_equal(kiln_cuda_repack(type, file_layout, dst, (int64_t)n * k / kiln_type_get(type)->block_size, 0), 0);
+    return dst;
+}
+
+/* Random rows through the CPU's reference quantizer (float types: random values), and their dequantized values. */
+static uint8_t *random_rows(kiln_type type, int k, int n, float **deq) {
+    const kiln_quant_ops *ops = kiln_quant_ops_get(type, KILN_ISA_SCALAR);
+    size_t rb = kiln_row_size(type, k);
+    uint8_t *w = malloc(rb * n);
+    float *src = malloc(sizeof(float) * k);
+    *deq = malloc(sizeof(float) * k * n);
+    for (int r = 0; r < n; r++) {
+        rng_fill(src, k, 1.0f);
+        ops->quantize(src, w + rb * r, k);
+        ops->dequantize(w + rb * r, *deq + (size_t)k * r, k);
+    }
+    free(src);
+    return w;
+}
+
+/* The GEMV's input as the GPU sees it: Q8_1 of each of the n_vec rows (quantized types) or the rows themselves. */
+typedef struct batch_input {
+    float *x, *xs; /* host: the rows, and what the kernel multiplies */
+    float *dx;
+    void *dq;
+} batch_input;
+
+static batch_input make_input(bool quantized, int k, int n_vec) {
+    size_t n = (size_t)k * n_vec;
+    batch_input in = {malloc(sizeof(float) * n), malloc(sizeof(float) * n), NULL, NULL};
+    rng_fill(in.x, n, 1.0f);
+    in.dx = gpu_upload(in.x, sizeof(float) * n);
+    in.dq = gpu_alloc(Q8_1_BYTES(n));
+    if (quantized) {
+        kiln_cuda_quantize_q8_1(in.dx, in.dq, k, n_vec, 0);
+        uint8_t *q = malloc(Q8_1_BYTES(n));
+        CUDA_SYNC();
+        CUDA_OK(cudaMemcpy(q, in.dq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
+        dequant_q8_1(q, (int)n, in.xs);
+        free(q);
+    } else {
+        memcpy(in.xs, in.x, sizeof(float) * n);
+    }
+    return in;
+}
+
+static double dot(const float *w, const float *x, int k) {
+    double s = 0;
+    for (int i = 0; i < k; i++) s += (double)w[i] * x[i];
+    return s;
+}
+
+static float *download(const float *d, size_t n) {
+    float *h = malloc(sizeof(float) * n);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(h, d, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* y = W x_j for 19 vectors (two full groups and a partial one), against the double reference, then vector j alone:
+ * the same bits. */
+static void check_gemv_batch(kiln_type type, bool swiglu) {
+    const int k = 512, n = 37, n_vec = 19, alone = 13;
+    bool quantized = kiln_cuda_type_uses_q8_1(type);
+    float *deq, *deq_up = NULL;
+    uint8_t *w = random_rows(type, k, n, &deq), *w_up = swiglu ? random_rows(type, k, n, &deq_up) : NULL;
+    kiln_cuda_matrix m = {upload_matrix(type, w, k, n), type, k, n, kiln_row_size(type, k)}, mu = m;
+    if (swiglu) mu.data = upload_matrix(type, w_up, k, n);
+    batch_input in = make_input(quantized, k, n_vec);
+    float *dy = gpu_alloc(sizeof(float) * n * n_vec);
+    int rc = swiglu ? kiln_cuda_gemv_batch_swiglu(&m, &mu, in.dq, in.dx, n_vec, dy, 0)
+                    : kiln_cuda_gemv_batch(&m, in.dq, in.dx, n_vec, dy, false, 0);
+    assert_int_equal(rc, 0);
+    float *y = download(dy, (size_t)n * n_vec);
+    double *ref = malloc(sizeof(double) * n * n_vec);
+    for (int j = 0; j < n_vec; j++)
+        for (int r = 0; r < n; r++) {
+            double a = dot(deq + (size_t)r * k, in.xs + (size_t)j * k, k);
+            double b = swiglu ? dot(deq_up + (size_t)r * k, in.xs + (size_t)j * k, k) : 0;
+            ref[(size_t)j * n + r] = swiglu ? a / (1 + exp(-a)) * b : a;
+        }
+    double e = rel_err(y, ref, (size_t)n * n_vec);
+    fprintf(stderr, "gemv_batch%s %-5s %d vectors rel err %.2e\n", swiglu ? "+swiglu" : "", kiln_type_name(type), n_vec,
+            e);
+    assert_true(e < 1e-5);
+
+    batch_input one = {NULL, NULL, in.dx + (size_t)alone * k, gpu_alloc(Q8_1_BYTES(k))};
+    if (quantized) kiln_cuda_quantize_q8_1(one.dx, one.dq, k, 1, 0);
+    float *dy1 = gpu_alloc(sizeof(float) * n);
+    rc = swiglu ? kiln_cuda_gemv_batch_swiglu(&m, &mu, one.dq, one.dx, 1, dy1, 0)
+                : kiln_cuda_gemv_batch(&m, one.dq, one.dx, 1, dy1, false, 0);
+    assert_int_equal(rc, 0);
+    float *y1 = download(dy1, n);
+    assert_memory_equal(y1, y + (size_t)alone * n, sizeof(float) * n);
+    free(deq), free(deq_up), free(w), free(w_up), free(in.x), free(in.xs), free(y), free(ref), free(y1);
+    gpu_free_all();
+}
+
+static const kiln_type TYPES[] = {KILN_TYPE_Q4_0, KILN_TYPE_Q4_1, KILN_TYPE_Q5_0, KILN_TYPE_Q5_1, KILN_TYPE_Q8_0,
+                                  KILN_TYPE_Q2_K, KILN_TYPE_Q3_K, KILN_TYPE_Q4_K, KILN_TYPE_Q5_K, KILN_TYPE_Q6_K,
+                                  KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16};
+
+static void test_gemv_batch(void **state) {
+    SKIP_WITHOUT_GPU();
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_gemv_batch(TYPES[i], false);
+}
+
+static void test_gemv_batch_swiglu(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_gemv_batch(KILN_TYPE_Q4_K, true);
+    check_gemv_batch(KILN_TYPE_Q8_0, true);
+    check_gemv_batch(KILN_TYPE_F16, true);
+}
+
+/* Three matrices of different heights in one launch, with the residual accumulate of a single one after. */
+static void test_gemv_batch_multi(void **state) {
+    SKIP_WITHOUT_GPU();
+    const kiln_type types[] = {KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, KILN_TYPE_BF16};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        kiln_type type = types[t];
+        const int k = 256, ns[3] = {64, 16, 24}, n_vec = 9;
+        bool quantized = kiln_cuda_type_uses_q8_1(type);
+        batch_input in = make_input(quantized, k, n_vec);
+        float *deq[3], *dys[3];
+        uint8_t *w[3];
+        kiln_cuda_matrix m[3];
+        const kiln_cuda_matrix *ms[3] = {&m[0], &m[1], &m[2]};
+        for (int i = 0; i < 3; i++) {
+            w[i] = random_rows(type, k, ns[i], &deq[i]);
+            m[i] = (kiln_cuda_matrix){upload_matrix(type, w[i], k, ns[i]), type, k, ns[i], kiln_row_size(type, k)};
+            dys[i] = gpu_alloc(sizeof(float) * ns[i] * n_vec);
+        }
+        assert_int_equal(kiln_cuda_gemv_batch_multi(ms, dys, 3, in.dq, in.dx, n_vec, 0), 0);
+        /* then y[0] += W0 x: the residual form */
+        assert_int_equal(kiln_cuda_gemv_batch(&m[0], in.dq, in.dx, n_vec, dys[0], true, 0), 0);
+        for (int i = 0; i < 3; i++) {
+            float *y = download(dys[i], (size_t)ns[i] * n_vec);
+            double *ref = malloc(sizeof(double) * ns[i] * n_vec);
+            for (int j = 0; j < n_vec; j++)
+                for (int r = 0; r < ns[i]; r++)
+                    ref[(size_t)j * ns[i] + r] =
+                        (i == 0 ? 2 : 1) * dot(deq[i] + (size_t)r * k, in.xs + (size_t)j * k, k);
+            double e = rel_err(y, ref, (size_t)ns[i] * n_vec);
+            fprintf(stderr, "gemv_batch_multi %-5s matrix %d rel err %.2e\n", kiln_type_name(type), i, e);
+            assert_true(e < 1e-5);
+            free(y), free(ref), free(deq[i]), free(w[i]);
+        }
+        free(in.x), free(in.xs);
+        gpu_free_all();
+    }
+}
+
+/* ---- paged KV ---- */
+
+#define BS 16
+
+static size_t paged_index(int n_head_kv, int hd, int block, int h, int row, int d) {
+    return (((size_t)block * n_head_kv + h) * BS + row) * hd + d;
+}
+
+/* Rotation of dims (i0, i1) by pos * freq[i], i < rope_dim / 2, as the reference pass does. */
+static void rope_ref(float *x, int rope_dim, bool neox, int pos, const float *freq) {
+    for (int i = 0; i < rope_dim / 2; i++) {
+        int i0 = neox ? i : 2 * i, i1 = neox ? i + rope_dim / 2 : 2 * i + 1;
+        double a = (double)pos * freq[i], x0 = x[i0], x1 = x[i1];
+        x[i0] = (float)(x0 * cos(a) - x1 * sin(a));
+        x[i1] = (float)(x0 * sin(a) + x1 * cos(a));
+    }
+}
+
+static void check_rope_store(bool neox) {
+    enum { T = 5 };
+    const int n_head = 4, n_head_kv = 2, hd = 64, rope_dim = 48, n_blocks = 6;
+    const int pos[T] = {0, 17, 40, 41, 95}, slot[T] = {3 * BS + 0, 5 * BS + 1, 0 * BS + 8, 0 * BS + 9, 2 * BS + 15};
+    int qd = n_head * hd, kvd = n_head_kv * hd;
+    size_t cache_n = (size_t)n_blocks * n_head_kv * BS * hd;
+    float *q = malloc(sizeof(float) * T * qd), *k = malloc(sizeof(float) * T * kvd);
+    float *v = malloc(sizeof(float) * T * kvd);
+    float *bq = malloc(sizeof(float) * qd), *bk = malloc(sizeof(float) * kvd), *bv = malloc(sizeof(float) * kvd);
+    float freq[32];
+    rng_fill(q, (size_t)T * qd, 1.0f), rng_fill(k, (size_t)T * kvd, 1.0f), rng_fill(v, (size_t)T * kvd, 1.0f);
+    rng_fill(bq, qd, 0.5f), rng_fill(bk, kvd, 0.5f), rng_fill(bv, kvd, 0.5f);
+    for (int i = 0; i < rope_dim / 2; i++) freq[i] = powf(10000.0f, -2.0f * i / rope_dim);
+    float *dq = gpu_upload(q, sizeof(float) * T * qd);
+    kiln_half *kc = malloc(sizeof(kiln_half) * cache_n), *vc = malloc(sizeof(kiln_half) * cache_n);
+    void *dkc = gpu_alloc(sizeof(kiln_half) * cache_n), *dvc = gpu_alloc(sizeof(kiln_half) * cache_n);
+    kiln_cuda_paged_args a = {n_head, n_head_kv, hd, rope_dim, BS, neox, 0.125f, gpu_upload(freq, sizeof freq)};
+    kiln_cuda_rope_store_paged(&a, dq, gpu_upload(k, sizeof(float) * T * kvd), gpu_upload(v, sizeof(float) * T * kvd),
+                               gpu_upload(bq, sizeof(float) * qd), gpu_upload(bk, sizeof(float) * kvd),
+                               gpu_upload(bv, sizeof(float) * kvd), dkc, dvc, gpu_upload(pos, sizeof pos),
+                               gpu_upload(slot, sizeof slot), T, 0);
+    float *gq = download(dq, (size_t)T * qd);
+    CUDA_OK(cudaMemcpy(kc, dkc, sizeof(kiln_half) * cache_n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(vc, dvc, sizeof(kiln_half) * cache_n, cudaMemcpyDeviceToHost));
+    double *rq = malloc(sizeof(double) * T * qd);
+    float *rk = malloc(sizeof(float) * hd), *gk = malloc(sizeof(float) * hd), *gv = malloc(sizeof(float) * hd);
+    double *rkd = malloc(sizeof(double) * hd), *rvd = malloc(sizeof(double) * hd);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < n_head; h++) {
+            float row[64];
+            for (int d = 0; d < hd; d++) row[d] = q[(size_t)t * qd + h * hd + d] + bq[h * hd + d];
+            rope_ref(row, rope_dim, neox, pos[t], freq);
+            for (int d = 0; d < hd; d++) rq[(size_t)t * qd + h * hd + d] = 0.125 * row[d];
+        }
+        for (int h = 0; h < n_head_kv; h++) {
+            for (int d = 0; d < hd; d++) rk[d] = k[(size_t)t * kvd + h * hd + d] + bk[h * hd + d];
+            rope_ref(rk, rope_dim, neox, pos[t], freq);
+            for (int d = 0; d < hd; d++) {
+                size_t at = paged_index(n_head_kv, hd, slot[t] / BS, h, slot[t] % BS, d);
+                gk[d] = kiln_half_to_float(kc[at]), gv[d] = kiln_half_to_float(vc[at]);
+                rkd[d] = rk[d], rvd[d] = v[(size_t)t * kvd + h * hd + d] + bv[h * hd + d];
+            }
+            assert_true(rel_err(gk, rkd, hd) < 1e-3 && rel_err(gv, rvd, hd) < 1e-3);
+        }
+    }
+    double e = rel_err(gq, rq, (size_t)T * qd);
+    fprintf(stderr, "rope_store_paged %s: q rel err %.2e\n", neox ? "neox" : "normal", e);
+    assert_true(e < 1e-5);
+    free(q), free(k), free(v), free(bq), free(bk), free(bv), free(kc), free(vc), free(gq), free(rq);
+    free(rk), free(gk), free(gv), free(rkd), free(rvd);
+    gpu_free_all();
+}
+
+static void test_rope_store_paged(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_rope_store(false);
+    check_rope_store(true);
+}
+
+/* Tokens of lengths 1 (one slice) to 1100 (all slices, longer than 32 positions each) through shuffled block
+ * tables, against double softmax attention; then the longest token alone gives the same bits. */
+static void check_attention(int hd) {
+    enum { T = 5 };
+    const int n_head = 8, n_head_kv = 2, n_blocks = 160;
+    const int n_pos[T] = {1, 40, 300, 1100, 17};
+    int qd = n_head * hd;
+    size_t cache_n = (size_t)n_blocks * n_head_kv * BS * hd;
+    kiln_half *kc = malloc(sizeof(kiln_half) * cache_n), *vc = malloc(sizeof(kiln_half) * cache_n);
+    for (size_t i = 0; i < cache_n; i++)
+        kc[i] = kiln_float_to_half(rng_uniform()), vc[i] = kiln_float_to_half(rng_uniform());
+    /* each token's table: distinct blocks in a shuffled order (tokens may share blocks, as prefix reuse does) */
+    int32_t tables[T * 80], off[T], pos[T], perm[160];
+    int n_tab = 0;
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int t = 0; t < T; t++) {
+        for (int i = n_blocks - 1; i > 0; i--) {
+            int j = (int)((rng_uniform() + 1.0f) * 0.5f * i), tmp = perm[i];
+            perm[i] = perm[j], perm[j] = tmp;
+        }
+        off[t] = n_tab, pos[t] = n_pos[t] - 1;
+        for (int b = 0; b < (n_pos[t] + BS - 1) / BS; b++) tables[n_tab++] = perm[b];
+    }
+    float *q = malloc(sizeof(float) * T * qd);
+    rng_fill(q, (size_t)T * qd, 0.3f);
+    double *ref = malloc(sizeof(double) * T * qd), *s = malloc(sizeof(double) * 1100);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_head; h++) {
+            int kvh = h / (n_head / n_head_kv);
+            const float *qh = q + (size_t)t * qd + h * hd;
+            double mx = -INFINITY, sum = 0;
+            for (int p = 0; p < n_pos[t]; p++) {
+                int blk = tables[off[t] + p / BS];
+                double a = 0;
+                for (int d = 0; d < hd; d++)
+                    a += qh[d] * (double)kiln_half_to_float(kc[paged_index(n_head_kv, hd, blk, kvh, p % BS, d)]);
+                s[p] = a, mx = fmax(mx, a);
+            }
+            for (int p = 0; p < n_pos[t]; p++) s[p] = exp(s[p] - mx), sum += s[p];
+            for (int d = 0; d < hd; d++) {
+                double o = 0;
+                for (int p = 0; p < n_pos[t]; p++) {
+                    int blk = tables[off[t] + p / BS];
+                    o += s[p] * kiln_half_to_float(vc[paged_index(n_head_kv, hd, blk, kvh, p % BS, d)]);
+                }
+                ref[(size_t)t * qd + h * hd + d] = o / sum;
+            }
+        }
+    void *dkc = gpu_upload(kc, sizeof(kiln_half) * cache_n), *dvc = gpu_upload(vc, sizeof(kiln_half) * cache_n);
+    float *dq = gpu_upload(q, sizeof(float) * T * qd), *dout = gpu_alloc(sizeof(float) * T * qd);
+    float *part = gpu_alloc(sizeof(float) * T * n_head * KILN_CUDA_DECODE_SPLITS * (hd + 2));
+    void *dout_q = gpu_alloc(Q8_1_BYTES(T * qd));
+    int32_t *dtab = gpu_upload(tables, sizeof(int32_t) * n_tab), *doff = gpu_upload(off, sizeof off);
+    int32_t *dpos = gpu_upload(pos, sizeof pos);
+    kiln_cuda_paged_args a = {n_head, n_head_kv, hd, hd, BS, false, 1.0f, NULL};
+    assert_int_equal(kiln_cuda_attention_paged(&a, dq, dkc, dvc, dpos, dtab, doff, T, part, dout, dout_q, 0), 0);
+    float *out = download(dout, (size_t)T * qd);
+    double e = rel_err(out, ref, (size_t)T * qd);
+    /* the Q8_1 copy: within half a step of each block's scale */
+    uint8_t *oq = malloc(Q8_1_BYTES(T * qd));
+    float *back = malloc(sizeof(float) * T * qd);
+    CUDA_OK(cudaMemcpy(oq, dout_q, Q8_1_BYTES(T * qd), cudaMemcpyDeviceToHost));
+    dequant_q8_1(oq, T * qd, back);
+    double *outd = malloc(sizeof(double) * T * qd);
+    for (int i = 0; i < T * qd; i++) outd[i] = out[i];
+    double eq = rel_err(back, outd, (size_t)T * qd);
+    fprintf(stderr, "attention_paged hd %d: rel err %.2e, its Q8_1 %.2e\n", hd, e, eq);
+    assert_true(e < 1e-5);
+    assert_true(eq < 2e-2);
+
+    float *dout1 = gpu_alloc(sizeof(float) * qd);
+    assert_int_equal(kiln_cuda_attention_paged(&a, dq + 3 * qd, dkc, dvc, dpos + 3, dtab, doff + 3, 1, part, dout1,
+                                               NULL, 0), 0);
+    float *out1 = download(dout1, qd);
+    assert_memory_equal(out1, out + 3 * qd, sizeof(float) * qd);
+    free(kc), free(vc), free(q), free(ref), free(s), free(out), free(oq), free(back), free(outd), free(out1);
+    gpu_free_all();
+}
+
+static void test_attention_paged(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_attention(64);
+    check_attention(128);
+    check_attention(256);
+}
+
+static void test_gather_rows(void **state) {
+    SKIP_WITHOUT_GPU();
+    const int width = 300, rows[3] = {4, 0, 4};
+    float x[5 * 300];
+    rng_fill(x, 5 * 300, 1.0f);
+    float *dx = gpu_upload(x, sizeof x), *dg = gpu_alloc(sizeof(float) * 3 * width);
+    kiln_cuda_gather_rows(dx, gpu_upload(rows, sizeof rows), 3, width, dg, 0);
+    float *g = download(dg, 3 * width);
+    for (int i = 0; i < 3; i++) assert_memory_equal(g + i * width, x + rows[i] * width, sizeof(float) * width);
+    free(g);
+    gpu_free_all();
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemv_batch),
+        cmocka_unit_test(test_gemv_batch_swiglu),
+        cmocka_unit_test(test_gemv_batch_multi),
+        cmocka_unit_test(test_rope_store_paged),
+        cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_gather_rows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
