@@ -127,12 +127,14 @@ static bool check_model(const char *path) {
         }
         s_alone[0].n_done = s[0].n_done;
     }
-    /* both paths quantize activations to Q8_1 and sum a row's parts lane by lane in the same order, so the logits
-     * came out bit for bit equal on the test models (H100); the bound leaves room for a single-path kernel that
-     * sums in another order (rows split across warps, fused norms), where a value can cross a rounding boundary of
-     * its Q8_1 step and random weights amplify that through the layers */
-    double bound = any_quantized(&w) ? 2e-2 : 1e-4;
-    fprintf(stderr, "%s: batched step vs kiln_cuda_eval: worst logits rel err %.2e (bound %.0e); alone == among "
+    /* Float models take the same arithmetic in both paths (0 seen). Quantized ones: both paths quantize activations
+     * to Q8_1, but the batched step sums a row on tensor cores in another order than kiln_cuda_eval's dp4a GEMV, so a
+     * value can cross a rounding boundary of its Q8_1 step, and random weights amplify that through the layers (H100:
+     * 4.3e-2 on the model with every quantized type, 1.3e-2 to 1.5e-2 on the qwen2 Q4_K_M one; cuda_model allows
+     * 3e-1 between GPU decode and the CPU reference for the same reason). Each GEMV is checked to 1e-5 against a
+     * double reference in cuda_batch_kernels. */
+    double bound = any_quantized(&w) ? 1.5e-1 : 1e-4;
+    fprintf(stderr, "%s: batched step vs kiln_cuda_eval: worst logits rel err %.2e (bound %.2g); alone == among "
             "others: %s\n", path, worst, bound, invariant ? "yes" : "NO");
     free(ref), free(mine);
     for (int i = 0; i < N_SEQ; i++) kiln_cuda_context_free(ctx[i]);
