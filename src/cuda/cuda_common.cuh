@@ -43,6 +43,24 @@ __device__ __forceinline__ float block_sum(float v) {
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* Lets the block that finishes last of `expected` blocks do the step that needs all their results (a norm over the
+ * whole output, the merge of attention slices), instead of a kernel launch of its own. Every thread of each block
+ * calls it once, after its stores; it is true in the last block to arrive, which resets *counter for the next launch
+ * (kernels of a stream run one after the other, PDL included, so one zeroed counter serves them all in turn). That
+ * block must read the others' results with __ldcg: its L1 is not coherent with their stores. */
+__device__ __forceinline__ bool arrive_last(unsigned *counter, unsigned expected) {
+    __shared__ bool last;
+    __threadfence(); /* this thread's stores reach the device before its block counts as arrived */
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        last = atomicAdd(counter, 1u) == expected - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 static inline int div_up(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
 /* Programmatic dependent launch (Hopper and later). A decode step is ~10 small kernels a layer, each waiting for the
@@ -54,6 +72,16 @@ __device__ __forceinline__ void pdl_wait_and_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Asks for [lo, hi) to be brought into L2, one bulk request (Hopper's copy engine; both ends rounded down to 16
+ * bytes, as it requires). For memory no kernel of the step writes (weights), so it may run before
+ * pdl_wait_and_release. */
+__device__ __forceinline__ void prefetch_l2(const uint8_t *lo, const uint8_t *hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uintptr_t a = (uintptr_t)lo & ~(uintptr_t)15, b = (uintptr_t)hi & ~(uintptr_t)15;
+    if (b > a) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((unsigned)(b - a)));
 #endif
 }
 

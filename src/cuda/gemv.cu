@@ -7,6 +7,7 @@
 #include "cuda/quant_unpack.cuh"
 
 #define GEMV_ROWS_PER_BLOCK 4
+#define GEMV_PREFETCH_MB 4.0
 
 /* One Q8_1 block from the 32 values a warp holds, one per lane (the lanes' order is the elements' order). */
 __device__ __forceinline__ void quantize_warp(float v, int8_t *qs, __half2 *ds) {
@@ -49,21 +50,126 @@ struct gemv_job {
     bool accumulate;
 };
 
+/* What a launch does beyond its rows, apart from gemv_job: in the job, the norm's fields took the plain GEMV's
+ * registers from 40 to 46 (Q4_K) and its speed on llama3-8b's 4096-wide inputs with them. */
+struct gemv_extras {
+    kiln_cuda_norm_args norm; /* norm.w non-NULL: the last block normalizes y[0] afterwards */
+    int prefetch_blocks;      /* blocks below this ask for the start of their rows in L2 before waiting for the */
+    int prefetch_row_blocks;  /* previous kernel: this many quantized blocks of each row */
+};
+
+/* Bytes a GEMV launch asks for in L2 before the previous kernel has finished: KILN_CUDA_PREFETCH megabytes (0: no
+ * early prefetch, for comparisons). Enough to cover the start of the launch; more would evict what the previous
+ * kernel still reads, or the prefetched lines themselves. It needs PDL, which starts a kernel early. */
+static int64_t weight_prefetch_bytes() {
+    static int64_t bytes = -1;
+    if (bytes < 0) {
+        const char *e = getenv("KILN_CUDA_PREFETCH");
+        bytes = (int64_t)((e ? atof(e) : GEMV_PREFETCH_MB) * 1048576.0);
+    }
+    return pdl_enabled() ? bytes : 0;
+}
+
+/* One Q8_1 block from 32 consecutive values held four per lane by 8 consecutive lanes: the same arithmetic as
+ * quantize_warp, with a quarter of the shuffles per value. Every lane of the warp calls it; lanes whose 8 are out of
+ * range pass store = false. */
+__device__ __forceinline__ void quantize_quad(float4 v, bool store, char4 *qs, __half2 *ds) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.0f;
+    int q0 = amax > 0.0f ? __float2int_rn(v.x / d) : 0, q1 = amax > 0.0f ? __float2int_rn(v.y / d) : 0;
+    int q2 = amax > 0.0f ? __float2int_rn(v.z / d) : 0, q3 = amax > 0.0f ? __float2int_rn(v.w / d) : 0;
+    int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!store) return;
+    *qs = make_char4((signed char)q0, (signed char)q1, (signed char)q2, (signed char)q3);
+    if ((threadIdx.x & 7) == 0) *ds = __floats2half2_rn(d, d * (float)sum);
+}
+
+/* RMSNorm of the vector x (n values, n a multiple of 32) that every block of this grid has written, done by the
+ * block that finishes last: out = x / rms * w and its Q8_1 copy for the next GEMV, without a kernel of its own.
+ * x is read twice through L2 in 16-byte loads (16 KB at n = 4096). */
+__device__ void norm_by_last_block(const kiln_cuda_norm_args &a, const float *x, int n) {
+    if (!arrive_last(a.counter, gridDim.x)) return;
+    /* one block does the whole vector, so its passes are chains of L2 round trips: loads are issued BATCH at a time
+     * (4 spilled under the kernel's register cap) */
+    constexpr int n_threads = 32 * GEMV_ROWS_PER_BLOCK, BATCH = 2;
+    int tid = threadIdx.y * 32 + threadIdx.x, n4 = n / 4;
+    const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)a.w;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float ss = 0.0f;
+#pragma unroll 8
+    for (int i = tid; i < n4; i += n_threads) {
+        float4 v = __ldcg(x4 + i);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    __shared__ float partial[GEMV_ROWS_PER_BLOCK];
+    ss = warp_sum(ss);
+    if (threadIdx.x == 0) partial[threadIdx.y] = ss;
+    __syncthreads();
+    ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < GEMV_ROWS_PER_BLOCK; w++) ss += partial[w];
+    float scale = rsqrtf(ss / (float)n + a.eps);
+    char4 *q = (char4 *)a.out_q;
+    __half2 *ds = (__half2 *)((int8_t *)a.out_q + n);
+    /* whole warps go round together (the shuffles need every lane); n4 is a multiple of 8, so a Q8_1 block's 8
+     * lanes are all in or all out */
+    for (int base = threadIdx.y * 32 + threadIdx.x; base - (int)threadIdx.x < n4; base += BATCH * n_threads) {
+        float4 v[BATCH], w[BATCH];
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            int i = base + b * n_threads;
+            v[b] = i < n4 ? __ldcg(x4 + i) : zero;
+            w[b] = i < n4 ? w4[i] : zero;
+        }
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            int i = base + b * n_threads;
+            float4 o = make_float4(v[b].x * scale * w[b].x, v[b].y * scale * w[b].y, v[b].z * scale * w[b].z,
+                                   v[b].w * scale * w[b].w);
+            if (i < n4) ((float4 *)a.out)[i] = o;
+            quantize_quad(o, i < n4, q + i, ds + i / 8);
+        }
+    }
+}
+
+/* Blocks [g0, g1) of t into L2, field by field (each field's blocks are consecutive bytes), lane f asking for field
+ * f. A GEMV's warps ask for the start of their rows this way before waiting for the previous kernel (programmatic
+ * dependent launch): the weights do not depend on it, so their first bytes come from DRAM while it finishes. */
+template <class F, int FIELD = 0>
+__device__ __forceinline__ void prefetch_blocks(const qtensor &t, int64_t g0, int64_t g1, int64_t soa_off = 0) {
+    constexpr int size = F::fields[FIELD].size;
+    const uint8_t *f = t.base + soa_off * t.n_blocks;
+    if (threadIdx.x == FIELD) prefetch_l2(f + g0 * size, f + g1 * size);
+    if constexpr (FIELD + 1 < F::n_fields) prefetch_blocks<F, FIELD + 1>(t, g0, g1, soa_off + size);
+}
+
 /* SPLIT warps per row (each takes every SPLIT-th run of 32 parts; long rows, like the FFN down projection's, then
  * keep more loads in flight). The matrix is picked with constant indices: a run-time index into the parameter
  * arrays would copy them to local memory. */
-template <class F, bool SWIGLU, int SPLIT>
-__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK) gemv_q_kernel(gemv_job job, int n_parts, const void *xq) {
-    pdl_wait_and_release();
+template <class F, bool SWIGLU, int SPLIT, bool NORM>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, NORM ? 8 : 0)
+    gemv_q_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
     qtensor w = job.w[0];
     float *y = job.y[0];
     int n = job.n[0], first = 0;
     if (!SWIGLU && job.n_mats > 1 && (int)blockIdx.x >= job.first[1]) w = job.w[1], y = job.y[1], n = job.n[1], first = job.first[1];
     if (!SWIGLU && job.n_mats > 2 && (int)blockIdx.x >= job.first[2]) w = job.w[2], y = job.y[2], n = job.n[2], first = job.first[2];
     int slice = threadIdx.y % SPLIT;
-    int row = ((int)blockIdx.x - first) * (GEMV_ROWS_PER_BLOCK / SPLIT) + threadIdx.y / SPLIT;
-    if (SPLIT == 1 && row >= n) return; /* with SPLIT > 1 every warp must reach the barrier below */
+    int row0 = ((int)blockIdx.x - first) * (GEMV_ROWS_PER_BLOCK / SPLIT), row = row0 + threadIdx.y / SPLIT;
     const qtensor up = job.w[1];
+    if ((int)blockIdx.x < ex.prefetch_blocks && slice == 0 && row < n) {
+        int64_t blocks_per_row = n_parts / F::parts, g0 = row * blocks_per_row;
+        int64_t g1 = g0 + min(blocks_per_row, (int64_t)ex.prefetch_row_blocks);
+        prefetch_blocks<F>(w, g0, g1);
+        if (SWIGLU) prefetch_blocks<F>(up, g0, g1);
+    }
+    pdl_wait_and_release();
+    /* with SPLIT > 1 or a last-block step to follow, every warp must reach the barriers below */
+    if (SPLIT == 1 && row >= n && !NORM) return;
     q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
     int64_t g0 = (int64_t)row * (n_parts / F::parts); /* the row's first block */
     float a = 0.0f, b = 0.0f;
@@ -80,14 +186,16 @@ __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK) gemv_q_kernel(gemv_j
         __shared__ float sa[GEMV_ROWS_PER_BLOCK], sb[GEMV_ROWS_PER_BLOCK];
         if (threadIdx.x == 0) sa[threadIdx.y] = a, sb[threadIdx.y] = b;
         __syncthreads();
-        if (slice != 0 || row >= n) return;
+        if (!NORM && (slice != 0 || row >= n)) return;
+        if (slice == 0)
 #pragma unroll
-        for (int s = 1; s < SPLIT; s++) a += sa[threadIdx.y + s], b += sb[threadIdx.y + s];
+            for (int s = 1; s < SPLIT; s++) a += sa[threadIdx.y + s], b += sb[threadIdx.y + s];
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && (!NORM || (slice == 0 && row < n))) {
         if (SWIGLU) y[row] = silu(a) * b;
         else store_row(y, row, a, job.accumulate);
     }
+    if (NORM) norm_by_last_block(ex.norm, y, n);
 }
 
 /* Eight consecutive weights of a float row as F32: one 16-byte load for F16/BF16, two for F32. */
@@ -187,14 +295,41 @@ static int launch_float(const kiln_cuda_matrix *m, const uint8_t *w_up, const fl
     }
 }
 
-/* ms[0..n_mats) share type and width (checked by the callers). */
+/* Blocks of KERNEL that the GPU holds at once: the first wave, whose early prefetch lands before their loads; later
+ * blocks start as earlier ones finish and would only ask for what they are about to load. */
+template <auto KERNEL>
+static int first_wave() {
+    static int blocks = -1;
+    if (blocks < 0) {
+        int dev = 0, sms = 0, per_sm = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, 32 * GEMV_ROWS_PER_BLOCK, 0) != cudaSuccess)
+            sms = per_sm = 0;
+        blocks = sms * per_sm;
+    }
+    return blocks;
+}
+
+/* row_bytes: bytes of one quantized block in all the matrices a row reads (gate and up: two). */
+template <auto KERNEL>
+static void launch_gemv(int blocks, int rows_per_block, int row_bytes, cudaStream_t stream, const gemv_job &job,
+                        gemv_extras ex, int n_parts, const void *xq) {
+    int64_t budget = weight_prefetch_bytes();
+    ex.prefetch_blocks = budget > 0 ? first_wave<KERNEL>() : 0;
+    int64_t rows = (int64_t)(ex.prefetch_blocks < blocks ? ex.prefetch_blocks : blocks) * rows_per_block;
+    int64_t per_row = rows > 0 ? budget / (rows * row_bytes) : 0;
+    ex.prefetch_row_blocks = per_row < 1 ? 1 : per_row > INT32_MAX ? INT32_MAX : (int)per_row;
+    launch_pdl(KERNEL, blocks, dim3(32, GEMV_ROWS_PER_BLOCK), stream, job, ex, n_parts, xq);
+}
+
+/* ms[0..n_mats) share type and width (checked by the callers); job brings accumulate; norm, when non-NULL, the
+ * norm the last block does. */
 template <bool SWIGLU>
-static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
-                        bool accumulate, cudaStream_t stream) {
+static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq, gemv_job job,
+                        const kiln_cuda_norm_args *norm, cudaStream_t stream) {
     const kiln_cuda_matrix *m0 = ms[0];
-    gemv_job job = {};
     job.n_mats = n_mats;
-    job.accumulate = accumulate;
     /* long rows (8192+ inputs) in few rows get two warps each: measured on H100, qwen2-1.5b's down projection
      * (8960 x 1536) ran 12% faster, llama3-8b's (14336 x 4096, enough warps already) no faster */
     int split = m0->k / 32 >= 256 && m0->n < 4096 ? 2 : 1;
@@ -205,17 +340,26 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
         job.first[i] = blocks;
         if (!SWIGLU || i == 0) blocks += div_up(ms[i]->n, rows_per_block);
     }
-    dim3 block(32, GEMV_ROWS_PER_BLOCK);
     int n_parts = m0->k / 32;
+    /* the norm's form only where it is asked for: it takes more registers (Q4_K 55 instead of 40; capped at 64 so
+     * that 8 blocks fit an SM and llama3-8b's 1024-block launches stay one wave) */
+    constexpr bool CAN_NORM = !SWIGLU;
+    gemv_extras ex = {};
+    if (norm) ex.norm = *norm;
     switch (m0->type) {
+#define GO(F, S, E)                                                                                                    \
+    launch_gemv<gemv_q_kernel<F, SWIGLU, S, E>>(blocks, rows_per_block, bytes, stream, job, ex, n_parts, xq)
 #define X(id, F)                                                                                                       \
-    case id:                                                                                                           \
+    case id: {                                                                                                         \
         for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                              \
-        if (split == 2) launch_pdl(gemv_q_kernel<F, SWIGLU, 2>, blocks, block, stream, job, n_parts, xq);                  \
-        else launch_pdl(gemv_q_kernel<F, SWIGLU, 1>, blocks, block, stream, job, n_parts, xq);                             \
-        return 0;
+        int bytes = F::block_bytes * (SWIGLU ? 2 : 1);                                                                \
+        if (split == 2) norm ? GO(F, 2, CAN_NORM) : GO(F, 2, false);                                                   \
+        else norm ? GO(F, 1, CAN_NORM) : GO(F, 1, false);                                                              \
+        return 0;                                                                                                      \
+    }
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
+#undef GO
     default: return -1;
     }
 }
@@ -224,7 +368,9 @@ extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const f
                               cudaStream_t stream) {
     if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
     if (!kiln_cuda_type_uses_q8_1(m->type)) return launch_float<false>(m, nullptr, xf, y, accumulate, stream);
-    return launch_quant<false>(&m, &y, 1, xq, accumulate, stream);
+    gemv_job job = {};
+    job.accumulate = accumulate;
+    return launch_quant<false>(&m, &y, 1, xq, job, nullptr, stream);
 }
 
 extern "C" int kiln_cuda_gemv_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
@@ -235,7 +381,8 @@ extern "C" int kiln_cuda_gemv_multi(const kiln_cuda_matrix *const *ms, float *co
         if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
         same = same && ms[i]->type == ms[0]->type && ms[i]->k == ms[0]->k;
     }
-    if (same && kiln_cuda_type_uses_q8_1(ms[0]->type)) return launch_quant<false>(ms, ys, n_mats, xq, false, stream);
+    if (same && kiln_cuda_type_uses_q8_1(ms[0]->type))
+        return launch_quant<false>(ms, ys, n_mats, xq, gemv_job{}, nullptr, stream);
     for (int i = 0; i < n_mats; i++)
         if (kiln_cuda_gemv(ms[i], xq, xf, ys[i], false, stream)) return -1;
     return 0;
@@ -249,5 +396,13 @@ extern "C" int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cu
         return launch_float<true>(gate, (const uint8_t *)up->data, xf, y, false, stream);
     const kiln_cuda_matrix *ms[2] = {gate, up};
     float *ys[2] = {y, y};
-    return launch_quant<true>(ms, ys, 2, xq, false, stream);
+    return launch_quant<true>(ms, ys, 2, xq, gemv_job{}, nullptr, stream);
+}
+
+extern "C" int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, float *y,
+                                   const kiln_cuda_norm_args *norm, cudaStream_t stream) {
+    if (!kiln_cuda_type_uses_q8_1(m->type) || !kiln_cuda_type_supported(m->type, m->k) || m->n % 32) return -1;
+    gemv_job job = {};
+    job.accumulate = true;
+    return launch_quant<false>(&m, &y, 1, xq, job, norm, stream);
 }

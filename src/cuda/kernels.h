@@ -55,6 +55,22 @@ int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, f
 int kiln_cuda_gemv_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
                          const float *xf, cudaStream_t stream);
 
+/* The RMSNorm that follows a residual GEMV, done inside it (kiln_cuda_gemv_norm): out = y / rms(y) * w and
+ * out_q, its Q8_1 copy. counter: one unsigned in device memory, zero before the first use (the kernel leaves it
+ * zero). */
+typedef struct kiln_cuda_norm_args {
+    const float *w;
+    float *out;
+    void *out_q;
+    float eps;
+    unsigned *counter;
+} kiln_cuda_norm_args;
+
+/* y += W x (quantized m, Q8_1 xq), then the RMSNorm of the whole y as norm says, by the grid's last block: the
+ * residual add, the next norm and its quantization in one launch. -1 for float types or n not a multiple of 32. */
+int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, float *y, const kiln_cuda_norm_args *norm,
+                        cudaStream_t stream);
+
 /* y[r] = silu(dot(gate row r, x)) * dot(up row r, x): the FFN's first half in one pass over both matrices.
  * gate and up must have the same type and shape. */
 int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq, const float *xf,
@@ -119,6 +135,21 @@ typedef struct kiln_cuda_attn_args {
 int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,
                         const int32_t *d_pos, int n_tokens, float *part, float *out, void *out_q,
                         cudaStream_t stream);
+
+/* The attention of one decode token in one launch: the rope stage's work (biases, rotation, q scale, the k and v
+ * rows into the cache at *d_pos) and kiln_cuda_attention's split and merge, the merge done by the last block of each
+ * head. q, k, v are the Q/K/V GEMVs' outputs, left as they are. counters: n_head unsigneds in device memory, zero
+ * before the first call (and left zero). */
+typedef struct kiln_cuda_attn_decode_args {
+    kiln_cuda_rope_args rope;
+    const float *q, *k, *v, *bq, *bk, *bv;
+    void *k_cache, *v_cache;
+    float *out;
+    void *out_q;
+} kiln_cuda_attn_decode_args;
+
+int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const kiln_cuda_attn_decode_args *d,
+                               const int32_t *d_pos, float *part, unsigned *counters, cudaStream_t stream);
 
 /* d_out[0] = index of the largest of x[0..n) (the lowest index among equals). */
 void kiln_cuda_argmax(const float *x, int n, int32_t *d_out, cudaStream_t stream);

@@ -169,6 +169,72 @@ static void check_gemv_multi(kiln_type type) {
     gpu_free_all();
 }
 
+static double rel_err_f(const float *a, const float *ref, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d, den += (double)ref[i] * ref[i];
+    }
+    return isnan(num) ? INFINITY : sqrt(num / den);
+}
+
+/* y += W x with the next RMSNorm in the same launch, against the separate GEMV and norm kernels (themselves checked
+ * against the CPU above): the same y, the same normed values and the same Q8_1 copy, launched twice to see the
+ * block counter reset. k 8448 with few rows takes the two-warps-per-row form. */
+static void check_gemv_norm(kiln_type type, int k, int n) {
+    float *deq;
+    uint8_t *w = random_rows(type, k, n, &deq);
+    float *x = malloc(sizeof(float) * k), *y0 = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n);
+    float *outs[2][2];
+    uint8_t *qs[2];
+    rng_fill(x, k, 1.0f), rng_fill(y0, n, 1.0f), rng_fill(g, n, 1.0f);
+    void *dq = gpu_alloc(Q8_1_BYTES(k));
+    kiln_cuda_quantize_q8_1(gpu_upload(x, sizeof(float) * k), dq, k, 1, 0);
+    kiln_cuda_matrix m = {upload_matrix(type, w, k, n), type, k, n, kiln_row_size(type, k)};
+    const float *dg = gpu_upload(g, sizeof(float) * n);
+    unsigned zero = 0, *counter = gpu_upload(&zero, sizeof zero);
+    for (int fused = 0; fused < 2; fused++) {
+        float *dy = gpu_upload(y0, sizeof(float) * n), *dh = gpu_alloc(sizeof(float) * n);
+        void *dhq = gpu_alloc(Q8_1_BYTES(n));
+        kiln_cuda_norm_args na = {dg, dh, dhq, 1e-5f, counter};
+        for (int rep = 0; rep < 2; rep++) {
+            if (rep) CUDA_OK(cudaMemcpy(dy, y0, sizeof(float) * n, cudaMemcpyHostToDevice));
+            if (fused) {
+                assert_int_equal(kiln_cuda_gemv_norm(&m, dq, dy, &na, 0), 0);
+            } else {
+                assert_int_equal(kiln_cuda_gemv(&m, dq, NULL, dy, true, 0), 0);
+                kiln_cuda_rmsnorm(dy, NULL, dg, dh, dhq, n, 1, 1e-5f, 0);
+            }
+        }
+        CUDA_SYNC();
+        outs[fused][0] = malloc(sizeof(float) * n), outs[fused][1] = malloc(sizeof(float) * n);
+        qs[fused] = malloc(Q8_1_BYTES(n));
+        CUDA_OK(cudaMemcpy(outs[fused][0], dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(outs[fused][1], dh, sizeof(float) * n, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(qs[fused], dhq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
+    }
+    unsigned left;
+    CUDA_OK(cudaMemcpy(&left, counter, sizeof left, cudaMemcpyDeviceToHost));
+    assert_int_equal(left, 0);
+    double ey = rel_err_f(outs[1][0], outs[0][0], n), eh = rel_err_f(outs[1][1], outs[0][1], n);
+    float *q0 = malloc(sizeof(float) * n), *q1 = malloc(sizeof(float) * n);
+    dequant_q8_1(qs[0], n, q0), dequant_q8_1(qs[1], n, q1);
+    double eq = rel_err_f(q1, q0, n);
+    fprintf(stderr, "gemv+norm %-5s k %5d n %4d: y %.1e, normed %.1e, Q8_1 %.1e against separate kernels\n",
+            kiln_type_name(type), k, n, ey, eh, eq);
+    assert_true(ey < 1e-6 && eh < 1e-5 && eq < 1e-2);
+    free(deq), free(w), free(x), free(y0), free(g), free(q0), free(q1);
+    for (int f = 0; f < 2; f++) free(outs[f][0]), free(outs[f][1]), free(qs[f]);
+    gpu_free_all();
+}
+
+static void test_gemv_norm(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_gemv_norm(KILN_TYPE_Q4_K, 1024, 1536);
+    check_gemv_norm(KILN_TYPE_Q6_K, 8448, 1536);
+    check_gemv_norm(KILN_TYPE_Q8_0, 512, 4096);
+}
+
 /* Embedding rows and F16 tiles against the CPU's dequantized rows. */
 static void check_dequant(kiln_type type) {
     const int k = 512, n = 40, n_tok = 5;
@@ -383,6 +449,83 @@ static void test_attention(void **state) {
     check_attention(256, 1, 0, 5, KILN_CUDA_PREFILL_ATTENTION_MIN + 3);
 }
 
+/* The one-launch decode attention (rope stage, split, merge in the last block) against rope_store and the split and
+ * merge kernels (themselves checked against the CPU above), from the same raw q, k, v and the same cache: the same
+ * output, the same Q8_1 copy (up to a flipped rounding), the same k and v rows written at the position; launched
+ * twice to see the counters reset. */
+static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool neox, int rope_dim, int pos0,
+                                   bool bias) {
+    kiln_cuda_rope_args r = {n_head, n_head_kv, head_dim, rope_dim, 2048, neox, 1.0f / sqrtf((float)head_dim), NULL};
+    kiln_cuda_attn_args a = {n_head, n_head_kv, head_dim, r.n_ctx, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK};
+    const int qd = n_head * head_dim, kvd = n_head_kv * head_dim;
+    size_t cache_n = (size_t)kvd * r.n_ctx;
+    float freq[128], *q = malloc(sizeof(float) * qd), *k = malloc(sizeof(float) * kvd);
+    float *v = malloc(sizeof(float) * kvd);
+    float *b = malloc(sizeof(float) * (qd + 2 * kvd)), *out[2], *back[2];
+    kiln_half *cache = malloc(2 * cache_n), *rows[2][2];
+    uint8_t *oq[2];
+    for (int i = 0; i < rope_dim / 2; i++) freq[i] = powf(10000.0f, -2.0f * i / rope_dim);
+    rng_fill(q, qd, 1.0f), rng_fill(k, kvd, 1.0f), rng_fill(v, kvd, 1.0f), rng_fill(b, qd + 2 * kvd, 0.5f);
+    for (size_t i = 0; i < cache_n; i++) cache[i] = kiln_float_to_half(rng_uniform());
+    r.freq = gpu_upload(freq, sizeof freq);
+    const float *dk = gpu_upload(k, sizeof(float) * kvd), *dv = gpu_upload(v, sizeof(float) * kvd);
+    const float *db = bias ? gpu_upload(b, sizeof(float) * (qd + 2 * kvd)) : NULL;
+    const float *bq = db, *bk = db ? db + qd : NULL, *bv = db ? db + qd + kvd : NULL;
+    int32_t pos = pos0, *dpos = gpu_upload(&pos, sizeof pos);
+    float *dpart = gpu_alloc(sizeof(float) * n_head * a.n_split * (head_dim + 2));
+    unsigned *counters = gpu_alloc(sizeof(unsigned) * n_head);
+    CUDA_OK(cudaMemset(counters, 0, sizeof(unsigned) * n_head));
+    for (int fused = 0; fused < 2; fused++) {
+        float *dq = gpu_upload(q, sizeof(float) * qd), *dout = gpu_alloc(sizeof(float) * qd);
+        void *kc = gpu_upload(cache, 2 * cache_n), *vc = gpu_upload(cache, 2 * cache_n);
+        void *doq = gpu_alloc(Q8_1_BYTES(qd));
+        for (int rep = 0; rep < 2; rep++) {
+            if (fused) {
+                kiln_cuda_attn_decode_args d = {r, dq, dk, dv, bq, bk, bv, kc, vc, dout, doq};
+                assert_int_equal(kiln_cuda_attention_decode(&a, &d, dpos, dpart, counters, 0), 0);
+            } else if (rep == 0) { /* rotates q in place: once */
+                kiln_cuda_rope_store(&r, dq, dk, dv, bq, bk, bv, kc, vc, dpos, 1, 0);
+                assert_int_equal(kiln_cuda_attention(&a, dq, kc, vc, dpos, 1, dpart, dout, doq, 0), 0);
+            }
+        }
+        CUDA_SYNC();
+        out[fused] = malloc(sizeof(float) * qd), back[fused] = malloc(sizeof(float) * qd);
+        oq[fused] = malloc(Q8_1_BYTES(qd));
+        CUDA_OK(cudaMemcpy(out[fused], dout, sizeof(float) * qd, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(oq[fused], doq, Q8_1_BYTES(qd), cudaMemcpyDeviceToHost));
+        dequant_q8_1(oq[fused], qd, back[fused]);
+        for (int c = 0; c < 2; c++) { /* the k and v rows at pos, every KV head */
+            rows[fused][c] = malloc(sizeof(kiln_half) * kvd);
+            for (int h = 0; h < n_head_kv; h++)
+                CUDA_OK(cudaMemcpy(rows[fused][c] + h * head_dim,
+                                   (kiln_half *)(c ? vc : kc) + ((size_t)h * r.n_ctx + pos0) * head_dim,
+                                   sizeof(kiln_half) * head_dim, cudaMemcpyDeviceToHost));
+        }
+    }
+    unsigned left[256];
+    CUDA_OK(cudaMemcpy(left, counters, sizeof(unsigned) * n_head, cudaMemcpyDeviceToHost));
+    for (int h = 0; h < n_head; h++) assert_int_equal(left[h], 0);
+    float kf[2][2048];
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 2 * kvd; i++) kf[f][i] = kiln_half_to_float(rows[f][i / kvd][i % kvd]);
+    double eo = rel_err_f(out[1], out[0], qd), eq = rel_err_f(back[1], back[0], qd);
+    double ek = rel_err_f(kf[1], kf[0], 2 * kvd);
+    fprintf(stderr, "attention decode hd %d heads %d/%d %s rope %d pos %d%s: out %.1e, Q8_1 %.1e, k/v rows %.1e\n",
+            head_dim, n_head, n_head_kv, neox ? "neox" : "normal", rope_dim, pos0, bias ? " bias" : "", eo, eq, ek);
+    assert_true(eo < 1e-5 && eq < 1e-2 && ek < 1e-3);
+    free(q), free(k), free(v), free(b), free(cache);
+    for (int f = 0; f < 2; f++) free(out[f]), free(back[f]), free(oq[f]), free(rows[f][0]), free(rows[f][1]);
+    gpu_free_all();
+}
+
+static void test_attention_decode(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_attention_decode(64, 4, 4, false, 48, 0, true); /* the first position: one slice, partial rope */
+    check_attention_decode(128, 12, 2, true, 128, 40, true);
+    check_attention_decode(128, 32, 8, false, 128, 1500, false); /* all 32 slices */
+    check_attention_decode(256, 8, 1, true, 64, 100, true);
+}
+
 static void test_argmax(void **state) {
     SKIP_WITHOUT_GPU();
     const int n = 49153;
@@ -414,6 +557,8 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gemv_norm),
+        cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_argmax),
     };
     return cmocka_run_group_tests_name("cuda_kernels", tests, NULL, NULL);
