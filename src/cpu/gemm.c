@@ -50,7 +50,7 @@ kiln_gemm_fn kiln_gemm_get(kiln_type t, kiln_isa isa) {
     bool q4_1 = t == KILN_TYPE_Q4_1;
     if (!q4_1 && t != KILN_TYPE_Q4_0) return NULL;
     if (isa == KILN_ISA_SCALAR) return q4_1 ? gemm_q4_1_ref : gemm_q4_0_ref;
-    if (isa < KILN_ISA_AVX512) return NULL;
+    if (isa == KILN_ISA_AVX2) return q4_1 ? kiln_gemm_q4_1_avx2 : kiln_gemm_q4_0_avx2;
     if (has_vnni()) return q4_1 ? kiln_gemm_q4_1_avx512_vnni : kiln_gemm_q4_0_avx512_vnni;
     return q4_1 ? kiln_gemm_q4_1_avx512 : kiln_gemm_q4_0_avx512;
 }

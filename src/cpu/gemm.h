@@ -24,7 +24,12 @@ typedef void (*kiln_gemm_fn)(int64_t n, const void *x, const void *y, size_t y_s
  * vec_dot, built from it; SIMD levels only for the types they cover). */
 kiln_gemm_fn kiln_gemm_get(kiln_type t, kiln_isa isa);
 
-/* The SIMD kernels (gemm_avx512.c and gemm_avx512vnni.c), entered only when the CPU has AVX-512 (and VNNI for the _vnni ones). */
+/* The SIMD kernels (gemm_avx2.c, gemm_avx512.c and gemm_avx512vnni.c), entered only when the CPU has that ISA (and VNNI
+ * for the _vnni ones). */
+void kiln_gemm_q4_1_avx2(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
+                         size_t s_stride, float *out);
+void kiln_gemm_q4_0_avx2(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
+                         size_t s_stride, float *out);
 void kiln_gemm_q4_1_avx512(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,
                            size_t s_stride, float *out);
 void kiln_gemm_q4_1_avx512_vnni(int64_t n, const void *x, const void *y, size_t y_stride, const float *scales,

@@ -115,7 +115,7 @@ static void test_matmul_matches_dequantized_product(void **state) {
 }
 
 /* One weight type's multi-token kernels against the reference on fresh random data. */
-static void check_gemm(kiln_type type, kiln_gemm_fn plain, kiln_gemm_fn vnni) {
+static void check_gemm(kiln_type type, kiln_gemm_fn avx2, kiln_gemm_fn avx512, kiln_gemm_fn vnni) {
     enum { N = 576, T = KILN_GEMM_TOKENS }; /* 18 blocks: two groups of 8 and a pair */
     const kiln_quant_ops *wops = kiln_quant_ops_get(type, KILN_ISA_SCALAR);
     kiln_type act = wops->vec_dot_type;
@@ -132,11 +132,19 @@ static void check_gemm(kiln_type type, kiln_gemm_fn plain, kiln_gemm_fn vnni) {
             kiln_gemm_scales(y + k * y_bytes, len, act, scales[k]);
         }
         kiln_gemm_get(type, KILN_ISA_SCALAR)(len, x, y, y_bytes, scales[0], N / 16, want);
-        kiln_gemm_fn simd[2] = {plain, vnni};
-        for (int v = 0; v < 2; v++) {
+        kiln_gemm_fn simd[3] = {avx2, avx512, vnni};
+        for (int v = 0; v < 3; v++) {
             if (!simd[v]) continue;
             simd[v](len, x, y, y_bytes, scales[0], N / 16, got);
             for (int k = 0; k < T; k++) assert_true(fabsf(got[k] - want[k]) <= 1e-5f * (1.0f + fabsf(want[k])));
+        }
+        if (avx2) { /* bit for bit the AVX2 vec_dot's result: a batched prompt token equals the same token alone */
+            kiln_vec_dot_fn dot = kiln_quant_ops_get(type, KILN_ISA_AVX2)->vec_dot;
+            avx2(len, x, y, y_bytes, scales[0], N / 16, got);
+            for (int k = 0; k < T; k++) {
+                float alone = dot(len, x, y + k * y_bytes);
+                assert_memory_equal(&got[k], &alone, sizeof alone);
+            }
         }
     }
     free(x);
@@ -145,9 +153,12 @@ static void check_gemm(kiln_type type, kiln_gemm_fn plain, kiln_gemm_fn vnni) {
 
 static void test_gemm_simd_matches_reference(void **state) {
     (void)state;
-    bool avx512 = kiln_cpu_isa() >= KILN_ISA_AVX512, vnni = avx512 && __builtin_cpu_supports("avx512vnni");
-    check_gemm(KILN_TYPE_Q4_1, avx512 ? kiln_gemm_q4_1_avx512 : NULL, vnni ? kiln_gemm_q4_1_avx512_vnni : NULL);
-    check_gemm(KILN_TYPE_Q4_0, avx512 ? kiln_gemm_q4_0_avx512 : NULL, vnni ? kiln_gemm_q4_0_avx512_vnni : NULL);
+    bool avx2 = kiln_cpu_isa() >= KILN_ISA_AVX2, avx512 = kiln_cpu_isa() >= KILN_ISA_AVX512;
+    bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+    check_gemm(KILN_TYPE_Q4_1, avx2 ? kiln_gemm_q4_1_avx2 : NULL, avx512 ? kiln_gemm_q4_1_avx512 : NULL,
+               vnni ? kiln_gemm_q4_1_avx512_vnni : NULL);
+    check_gemm(KILN_TYPE_Q4_0, avx2 ? kiln_gemm_q4_0_avx2 : NULL, avx512 ? kiln_gemm_q4_0_avx512 : NULL,
+               vnni ? kiln_gemm_q4_0_avx512_vnni : NULL);
     assert_null(kiln_gemm_get(KILN_TYPE_Q6_K, KILN_ISA_SCALAR));
 }
 
