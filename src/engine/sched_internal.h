@@ -37,6 +37,9 @@ typedef struct sched_work {
     int n, pos;
     bool want_logits;
     const float *logits; /* set by the executor */
+    int32_t sampled;     /* drawn from logits after the step (the scheduler's sampling pass) */
+    bool info_wanted;    /* the request asked for log-probabilities: info holds them */
+    kiln_sample_info info;
 } sched_work;
 
 typedef struct sched_exec sched_exec;

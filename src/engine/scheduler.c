@@ -6,11 +6,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/threadpool.h"
 #include "engine/sched_internal.h"
 
 #define DEFAULT_PARALLEL 4
 #define DEFAULT_MAX_QUEUE 256
 #define DEFAULT_CHUNK 64
+#define MAX_SAMPLE_THREADS 8
 
 struct kiln_sched {
     kiln_model *model;
@@ -27,6 +29,7 @@ struct kiln_sched {
     int64_t next_id;
     kiln_sched_stats stats;
     sched_work *work;    /* [parallel] */
+    kiln_pool *sample_pool; /* draws the step's tokens for several sequences at once */
 };
 
 static double now_ms(void) {
@@ -226,8 +229,31 @@ static int plan_step(kiln_sched *s) {
     return n;
 }
 
-/* Samples from a work item's logits. Returns 1 when its sequence is finished, 0 to go on, -1 on error. */
-static int after_work(kiln_sched *s, sched_work *w, kiln_error *err) {
+typedef struct sample_job {
+    sched_work *work;
+    int n_work;
+    atomic_int next;
+} sample_job;
+
+/* Draws each work item's token on the pool's threads: a sequence's sampler touches only its own state, and with
+ * vocabularies of 150k entries sampling 64 sequences one after the other would take longer than a GPU step. */
+static void sample_work(void *arg, int ith, int nth) {
+    sample_job *j = arg;
+    (void)ith;
+    (void)nth;
+    int i;
+    while ((i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_work) {
+        sched_work *w = &j->work[i];
+        if (!w->want_logits) continue;
+        kiln_gen *g = &w->seq->gen;
+        w->info_wanted = g->params->sampling.n_top_logprobs > 0;
+        w->sampled = kiln_sampler_sample(g->sampler, w->logits, w->info_wanted ? &w->info : NULL);
+    }
+}
+
+/* Takes a work item's sampled token (streaming, stop rules), in step order. Returns 1 when its sequence is
+ * finished, 0 to go on, -1 on error. */
+static int after_work(sched_work *w, kiln_error *err) {
     sched_seq *q = w->seq;
     q->n_past = w->pos + w->n;
     if (!w->want_logits) return 0;
@@ -236,9 +262,8 @@ static int after_work(kiln_sched *s, sched_work *w, kiln_error *err) {
         q->t_first = t;
         q->gen.res.prefill_ms = t - q->t_admit;
     }
-    int rc = kiln_gen_next(&q->gen, w->logits, q->n_past, &q->next, err);
+    int rc = kiln_gen_take(&q->gen, w->sampled, w->info_wanted ? &w->info : NULL, q->n_past, &q->next, err);
     q->gen.res.decode_ms = now_ms() - q->t_first;
-    (void)s;
     return rc;
 }
 
@@ -246,10 +271,14 @@ static int after_work(kiln_sched *s, sched_work *w, kiln_error *err) {
 static void run_step(kiln_sched *s, int n_work, sched_seq **ended) {
     kiln_error err = {{0}};
     bool failed = s->exec->ops->run(s->exec, s->work, n_work, &err) != 0;
+    if (!failed) {
+        sample_job job = {.work = s->work, .n_work = n_work};
+        kiln_pool_run(s->sample_pool, sample_work, &job);
+    }
     for (int i = 0; i < n_work; i++) {
         sched_seq *q = s->work[i].seq;
         kiln_error e = {{0}};
-        int rc = failed ? -1 : after_work(s, &s->work[i], &e);
+        int rc = failed ? -1 : after_work(&s->work[i], &e);
         if (rc == 0) continue;
         pthread_mutex_lock(&s->lock);
         for (int k = 0; k < s->n_running; k++)
@@ -347,6 +376,9 @@ kiln_sched *kiln_sched_new(kiln_model *m, const kiln_sched_params *p, kiln_error
         kiln_fail(err, "out of memory");
         goto fail;
     }
+    int n_sample = s->p.n_threads > 0 ? s->p.n_threads : kiln_physical_cores();
+    n_sample = n_sample < MAX_SAMPLE_THREADS ? n_sample : MAX_SAMPLE_THREADS;
+    if (kiln_pool_new(n_sample < s->p.parallel ? n_sample : s->p.parallel, &s->sample_pool, err)) goto fail;
     if (!(s->exec = make_exec(m, &s->p, err))) goto fail;
     s->exec->ops->stats(s->exec, &s->stats);
     pthread_mutex_init(&s->lock, NULL);
@@ -360,6 +392,7 @@ kiln_sched *kiln_sched_new(kiln_model *m, const kiln_sched_params *p, kiln_error
     return s;
 fail:
     if (s->exec) s->exec->ops->free(s->exec);
+    kiln_pool_free(s->sample_pool);
     free(s->running);
     free(s->work);
     free(s);
@@ -386,6 +419,7 @@ void kiln_sched_free(kiln_sched *s) {
         seq_done(q, NULL);
     }
     s->exec->ops->free(s->exec);
+    kiln_pool_free(s->sample_pool);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
     free(s->running);
