@@ -138,6 +138,34 @@ static void partial_sort(candidate *c, int n, int k) {
     qsort(c, (size_t)k, sizeof *c, by_logit_desc);
 }
 
+static void sift_down(candidate *heap, int k, int i) {
+    for (;;) {
+        int worst = i, l = 2 * i + 1, r = l + 1;
+        if (l < k && by_logit_desc(&heap[l], &heap[worst]) > 0) worst = l;
+        if (r < k && by_logit_desc(&heap[r], &heap[worst]) > 0) worst = r;
+        if (worst == i) return;
+        candidate t = heap[i];
+        heap[i] = heap[worst];
+        heap[worst] = t;
+        i = worst;
+    }
+}
+
+/* The k best of n logits (k < n) into c[0..k), sorted, in one pass that keeps them in a heap whose root is the worst
+ * kept: for a vocabulary of 150k and k = 40 nearly every logit costs one comparison, against partitioning all n
+ * candidates. Same set and order as partial_sort (the same total order, ties by id). */
+static void top_k_select(const float *logits, int n, int k, candidate *c) {
+    for (int i = 0; i < k; i++) c[i] = (candidate){i, logits[i]};
+    for (int i = k / 2 - 1; i >= 0; i--) sift_down(c, k, i);
+    for (int i = k; i < n; i++) {
+        candidate x = {i, logits[i]};
+        if (by_logit_desc(&x, &c[0]) >= 0) continue;
+        c[0] = x;
+        sift_down(c, k, 0);
+    }
+    qsort(c, (size_t)k, sizeof *c, by_logit_desc);
+}
+
 /* Fills the top-N alternatives and the chosen token's log-probability from the penalized logits. */
 static void fill_info(kiln_sampler *s, int32_t token, kiln_sample_info *info) {
     int n = s->n_vocab;
@@ -158,20 +186,28 @@ static void fill_info(kiln_sampler *s, int32_t token, kiln_sample_info *info) {
 }
 
 /* top-k, top-p, min-p on the sorted candidates (probabilities at temperature 1, as the reference chain has
- * temperature last); returns how many survive. Sorts only as far as the cut needs. */
+ * temperature last); returns how many survive. Sorts only as far as the cut needs. As in the reference chain, top-p
+ * takes its share of the mass of what top-k kept (renormalized), not of the whole vocabulary. */
 static int truncate_candidates(kiln_sampler *s) {
     const kiln_sampler_params *p = &s->p;
     int n = s->n_vocab;
-    for (int i = 0; i < n; i++) s->cand[i] = (candidate){i, s->logits[i]};
     int keep = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    float max = s->logits[argmax(s->logits, n)];
     double total = 0;
-    for (int i = 0; i < n; i++) total += expf(s->logits[i] - max);
+    float max;
+    if (keep < n) {
+        top_k_select(s->logits, n, keep, s->cand);
+        max = s->cand[0].logit;
+        for (int i = 0; i < keep; i++) total += expf(s->cand[i].logit - max);
+    } else {
+        for (int i = 0; i < n; i++) s->cand[i] = (candidate){i, s->logits[i]};
+        max = s->logits[argmax(s->logits, n)];
+        for (int i = 0; i < n; i++) total += expf(s->logits[i] - max);
+    }
 
     /* sort a growing prefix until it holds the top-p mass (or everything kept) */
     int sorted = keep < 64 ? keep : 64;
     for (;;) {
-        partial_sort(s->cand, n, sorted);
+        partial_sort(s->cand, keep, sorted);
         double mass = 0;
         int cut = sorted;
         for (int i = 0; i < sorted; i++) {

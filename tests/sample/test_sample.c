@@ -108,6 +108,14 @@ static void test_draws_follow_the_distribution(void **state) {
     s = make(p);
     for (int i = 0; i < 2000; i++) assert_int_not_equal(kiln_sampler_sample(s, logits, NULL), 9);
     kiln_sampler_free(s);
+    /* top-p after top-k takes its share of what top-k kept, renormalized (the reference chain's order): top-k 2
+     * keeps {3, 7} as 0.625 and 0.375, so top-p 0.6 keeps 3 alone (of the whole vocabulary, 0.5 would fall short) */
+    p.min_p = 0.0f;
+    p.top_k = 2;
+    p.top_p = 0.6f;
+    s = make(p);
+    for (int i = 0; i < 2000; i++) assert_int_equal(kiln_sampler_sample(s, logits, NULL), 3);
+    kiln_sampler_free(s);
 }
 
 static void test_penalties_push_away_from_recent_tokens(void **state) {
