@@ -1,8 +1,9 @@
 /* Whole-model speed on the GPU, as llama-bench reports it: pp (prompt tokens per second, one batch), TTFT of a
  * 128-token prompt, and tg (greedy tokens per second from an empty context through the captured decode step), with
  * tg as a share of the roofline: copy bandwidth measured in the same run / weight bytes read per token; tg again
- * against a context without the decode fusion (KILN_CUDA_FUSE=0). Then a per-op profile (eager launches timed with
- * events) of 16 decode steps and of one prompt batch.
+ * against contexts made under other settings (without the decode fusions; the persistent step). Then a per-op
+ * profile (eager launches timed with events) of 16 decode steps and of one prompt batch, and the persistent step's
+ * profile (its stages timed inside the kernel).
  * usage: bench_cuda_decode MODEL.gguf [n_prompt=512] [n_gen=128] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,30 +88,39 @@ int main(int argc, char **argv) {
     printf("pp%d %.0f tok/s | TTFT(%d) %.2f ms | tg%d %.1f tok/s = %.1f%% of roofline %.0f tok/s | %s\n", n_prompt,
            median(pp), ttft_n, median(ttft), n_gen, tgm, 100 * tgm / roof, roof,
            kiln_cuda_context_uses_graph(ctx) ? "graph" : "eager");
-    /* the same greedy decode on a second context without the decode fusion (KILN_CUDA_FUSE=0), the two alternating
-     * so that drift of the machine touches both alike */
-    setenv("KILN_CUDA_FUSE", "0", 1);
-    kiln_cuda_context *plain = NULL;
-    if (kiln_cuda_context_new(cm, n_gen + 1, 1, &plain, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
+    /* the same greedy decode on contexts made under other settings, each alternating with the default context so
+     * that drift of the machine touches both alike */
+    static const struct { const char *name, *value; } variants[] = {
+        {"KILN_CUDA_FUSE", "0"},
+        {"KILN_CUDA_PERSISTENT", "1"},
+    };
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        const char *old = getenv(variants[v].name);
+        setenv(variants[v].name, variants[v].value, 1);
+        kiln_cuda_context *other = NULL;
+        int rc = kiln_cuda_context_new(cm, n_gen + 1, 1, &other, &err);
+        if (old) setenv(variants[v].name, old, 1);
+        else unsetenv(variants[v].name);
+        if (rc) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        double tg_default[RUNS], tg_other[RUNS];
+        for (int r = -1; r < RUNS && !err.msg[0]; r++) {
+            t0 = now();
+            if (kiln_cuda_generate_greedy(other, tokens[0], 0, n_gen, tokens, &err)) break;
+            double t1 = now();
+            if (kiln_cuda_generate_greedy(ctx, tokens[0], 0, n_gen, tokens, &err)) break;
+            if (r >= 0) tg_other[r] = n_gen / (t1 - t0), tg_default[r] = n_gen / (now() - t1);
+        }
+        kiln_cuda_context_free(other);
+        if (err.msg[0]) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        printf("tg%d default %.1f tok/s, %s=%s %.1f tok/s (alternating runs)\n", n_gen, median(tg_default),
+               variants[v].name, variants[v].value, median(tg_other));
     }
-    unsetenv("KILN_CUDA_FUSE");
-    double tg_fused[RUNS], tg_plain[RUNS];
-    for (int r = -1; r < RUNS; r++) {
-        t0 = now();
-        if (kiln_cuda_generate_greedy(plain, tokens[0], 0, n_gen, tokens, &err)) break;
-        double t1 = now();
-        if (kiln_cuda_generate_greedy(ctx, tokens[0], 0, n_gen, tokens, &err)) break;
-        if (r >= 0) tg_plain[r] = n_gen / (t1 - t0), tg_fused[r] = n_gen / (now() - t1);
-    }
-    kiln_cuda_context_free(plain);
-    if (err.msg[0]) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
-    printf("tg%d default fusion %.1f tok/s, KILN_CUDA_FUSE=0 %.1f tok/s (alternating runs)\n", n_gen, median(tg_fused),
-           median(tg_plain));
     enum { PROFILED_STEPS = 16 };
     printf("profile of a decode step (eager, mean of %d):\n", PROFILED_STEPS);
     if (kiln_cuda_context_set_profile(ctx, true, &err) ||
@@ -126,6 +136,23 @@ int main(int argc, char **argv) {
         return 1;
     }
     kiln_cuda_profile_print(ctx, 1, bw, stdout);
+    setenv("KILN_CUDA_PERSISTENT", "1", 1);
+    kiln_cuda_context *pers = NULL;
+    if (kiln_cuda_context_new(cm, n_gen + 1, 1, &pers, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    unsetenv("KILN_CUDA_PERSISTENT");
+    if (kiln_cuda_context_uses_persistent(pers)) {
+        printf("profile of a persistent decode step (stages timed in the kernel, mean of %d):\n", PROFILED_STEPS);
+        if (kiln_cuda_context_set_profile(pers, true, &err) ||
+            kiln_cuda_generate_greedy(pers, tokens[0], 0, PROFILED_STEPS, tokens, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        kiln_cuda_profile_print(pers, PROFILED_STEPS, bw, stdout);
+    }
+    kiln_cuda_context_free(pers);
     free(tokens), free(logits);
     kiln_cuda_context_free(ctx);
     kiln_cuda_model_free(cm);

@@ -7,157 +7,15 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
 
-#define ATTN_WARPS 4
+#include "cuda/attention_slice.cuh"
 
-/* The decode form's extras: q, k and v arrive as the Q/K/V GEMVs left them; the biases, the rotation and the q
- * scale are applied here, the current position's k and v rows go into the cache, and the last block of each head
- * merges its slices into out (and out_q). */
-struct attn_decode {
-    kiln_cuda_rope_args r;
-    const float *k, *v, *bq, *bk, *bv;
-    __half *k_cache, *v_cache;
-    float *out;
-    int8_t *out_q;
-    unsigned *counters; /* one per head */
-};
-
-/* Dim d of x + b rotated for position pos, as rope_store_kernel computes it (same pairs, same expressions). */
-__device__ __forceinline__ float roped(const kiln_cuda_rope_args &r, const float *x, const float *b, int d, int pos) {
-    float xd = x[d] + (b ? b[d] : 0.0f);
-    if (d >= r.rope_dim) return xd;
-    int half = r.rope_dim / 2;
-    bool first = r.neox ? d < half : (d & 1) == 0;
-    int i = r.neox ? (first ? d : d - half) : d / 2;
-    int pd = r.neox ? (first ? d + half : d - half) : d ^ 1; /* the other dim of the pair */
-    float xp = x[pd] + (b ? b[pd] : 0.0f);
-    float s, c;
-    sincosf((float)pos * r.freq[i], &s, &c);
-    return first ? xd * c - xp * s : xp * s + xd * c;
-}
-
-/* Dim d of the merged attention output of one (token, head) from its n_split slices at p (max, sum, accumulators;
- * read through L2, since the decode form merges in the block that arrives last). */
-__device__ __forceinline__ float merge_slices(const kiln_cuda_attn_args &a, const float *p, int d) {
-    int stride = a.head_dim + 2;
-    float mx = -INFINITY;
-    /* unrolled so that the loads of several slices are in flight at once: this is a chain of L2 round trips */
-#pragma unroll 8
-    for (int s = 0; s < a.n_split; s++) mx = fmaxf(mx, __ldcg(p + s * stride));
-    float num = 0.0f, den = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < a.n_split; s++) {
-        const float *ps = p + s * stride;
-        float ms = __ldcg(ps), acc = __ldcg(ps + 2 + d), sum = __ldcg(ps + 1);
-        float w = ms == -INFINITY ? 0.0f : expf(ms - mx); /* an empty slice, whose acc and sum are zeros */
-        num += acc * w;
-        den += sum * w;
-    }
-    return num / den;
-}
-
-/* out[i] = v, and when out_q is non-NULL its Q8_1 form (n values in all): the warp holds 32 consecutive values. */
-__device__ __forceinline__ void store_merged(float v, float *out, int8_t *out_q, int64_t i, int64_t n) {
-    out[i] = v;
-    if (!out_q) return;
-    float amax = warp_max(fabsf(v));
-    float scale = amax / 127.0f;
-    int q = amax > 0.0f ? __float2int_rn(v / scale) : 0;
-    int sum = warp_sum_int(q);
-    out_q[i] = (int8_t)q;
-    if ((i & 31) == 0) ((__half2 *)(out_q + n))[i / 32] = __floats2half2_rn(scale, scale * (float)sum);
-}
-
-/* part layout per (token, head, split): max, sum, then head_dim accumulators. DECODE: one token, with the work of
- * attn_decode above. */
 template <int HD, bool DECODE>
 __global__ void __launch_bounds__(32 * ATTN_WARPS)
     attn_split_kernel(kiln_cuda_attn_args a, const float *q, const __half *k_cache, const __half *v_cache,
                       const int32_t *d_pos, float *part, attn_decode x) {
     pdl_wait_and_release();
-    constexpr int D = HD / 32;
-    int head = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int n_pos = *d_pos + t + 1, cur = n_pos - 1;
-    /* slices of at least min_chunk positions: while the context is short, the later blocks find theirs empty */
-    int chunk = max(max(a.min_chunk, 1), (n_pos + a.n_split - 1) / a.n_split);
-    int begin = split * chunk, end = min(n_pos, begin + chunk);
-    int group = a.n_head / a.n_head_kv, kvh = head / group;
-    const float *qh = q + ((int64_t)t * a.n_head + head) * HD;
-    const __half *kb = k_cache + (int64_t)kvh * a.n_ctx * HD;
-    const __half *vb = v_cache + (int64_t)kvh * a.n_ctx * HD;
-
-    float qr[D], acc[D], kc[D], vc[D]; /* kc, vc: the current position's k and v (DECODE), as F16 values */
-#pragma unroll
-    for (int d = 0; d < D; d++) {
-        int dd = lane * D + d;
-        if (!DECODE) qr[d] = qh[dd];
-        else /* rotated here by each block of the head; an empty slice (short context) needs none */
-            qr[d] = begin < end ? roped(x.r, qh, x.bq ? x.bq + head * HD : nullptr, dd, cur) * x.r.q_scale : 0.0f;
-        acc[d] = 0.0f;
-    }
-    /* the blocks whose slice holds the current position use its k and v from registers; the first head of each KV
-     * group stores them, which no other block reads in this launch */
-    bool has_cur = DECODE && begin <= cur && cur < end;
-    if (has_cur) {
-        const float *kh = x.k + kvh * HD, *vh = x.v + kvh * HD;
-#pragma unroll
-        for (int d = 0; d < D; d++) {
-            int dd = lane * D + d;
-            __half kq = __float2half(roped(x.r, kh, x.bk ? x.bk + kvh * HD : nullptr, dd, cur));
-            __half vq = __float2half(vh[dd] + (x.bv ? x.bv[kvh * HD + dd] : 0.0f));
-            kc[d] = __half2float(kq), vc[d] = __half2float(vq);
-            if (head % group == 0 && warp == 0) {
-                x.k_cache[((int64_t)kvh * a.n_ctx + cur) * HD + dd] = kq;
-                x.v_cache[((int64_t)kvh * a.n_ctx + cur) * HD + dd] = vq;
-            }
-        }
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int p = begin + warp; p < end; p += ATTN_WARPS) {
-        bool here = has_cur && p == cur;
-        const __half *kr = kb + (int64_t)p * HD + lane * D;
-        float s = 0.0f;
-#pragma unroll
-        for (int d = 0; d < D; d++) s += qr[d] * (here ? kc[d] : __half2float(kr[d]));
-        s = warp_sum(s);
-        float m_new = fmaxf(m, s);
-        float corr = expf(m - m_new), w = expf(s - m_new);
-        const __half *vr = vb + (int64_t)p * HD + lane * D;
-#pragma unroll
-        for (int d = 0; d < D; d++) acc[d] = acc[d] * corr + w * (here ? vc[d] : __half2float(vr[d]));
-        l = l * corr + w;
-        m = m_new;
-    }
-
-    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS], sacc[ATTN_WARPS][HD];
-    if (lane == 0) sm[warp] = m, sl[warp] = l;
-#pragma unroll
-    for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
-    __syncthreads();
-    float *out = part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2);
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < ATTN_WARPS; w++) mx = fmaxf(mx, sm[w]);
-    for (int d = threadIdx.x; d < HD; d += 32 * ATTN_WARPS) {
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATTN_WARPS; w++)
-            if (sm[w] > -INFINITY) v += sacc[w][d] * expf(sm[w] - mx);
-        out[2 + d] = v;
-    }
-    if (threadIdx.x == 0) {
-        float sum = 0.0f;
-        for (int w = 0; w < ATTN_WARPS; w++)
-            if (sm[w] > -INFINITY) sum += sl[w] * expf(sm[w] - mx);
-        out[0] = mx, out[1] = sum;
-    }
-    if (!DECODE || !arrive_last(x.counters + head, a.n_split)) return;
-    const float *ph = part + (int64_t)head * a.n_split * (HD + 2);
-    for (int d0 = 0; d0 < HD; d0 += 32 * ATTN_WARPS) /* whole warps: HD 64 leaves two idle */
-        if (d0 + warp * 32 < HD) {
-            int d = d0 + threadIdx.x;
-            store_merged(merge_slices(a, ph, d), x.out, x.out_q, (int64_t)head * HD + d, (int64_t)a.n_head * HD);
-        }
+    int t = blockIdx.z;
+    attn_slice<HD, DECODE>(a, q, k_cache, v_cache, *d_pos + t + 1, part, x, blockIdx.x, blockIdx.y, t);
 }
 
 /* One block per (head, token), a thread per dim. With out_q, the merged row is also quantized to Q8_1 for the
@@ -167,7 +25,7 @@ __global__ void attn_merge_kernel(kiln_cuda_attn_args a, const float *part, floa
     int head = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int hd = a.head_dim;
     const float *p = part + ((int64_t)t * a.n_head + head) * a.n_split * (hd + 2);
-    store_merged(merge_slices(a, p, d), out, out_q, ((int64_t)t * a.n_head + head) * hd + d,
+    store_merged(merge_slices(a, p, d, a.n_split), out, out_q, ((int64_t)t * a.n_head + head) * hd + d,
                  (int64_t)n_tokens * a.n_head * hd);
 }
 

@@ -59,6 +59,9 @@ int kiln_cuda_context_debug_diverged(const kiln_cuda_context *ctx);
 
 /* Whether decode steps replay a captured CUDA graph (false after a capture failure: eager launches). */
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *ctx);
+/* Whether a decode step runs the layers as one persistent launch (kiln_cuda_decode_layers; KILN_CUDA_PERSISTENT=0
+ * at context creation turns it off) rather than kernels op by op. */
+bool kiln_cuda_context_uses_persistent(const kiln_cuda_context *ctx);
 
 /* Per-op profile of eager forward passes: while on, decode runs without the graph and every op is timed with
  * events. kiln_cuda_profile_print writes time, weight bytes and share of copy_bw (bytes per second) per op, summed

@@ -40,6 +40,7 @@ int kiln_cuda_decode_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int3
 int kiln_cuda_context_debug_diverged(const kiln_cuda_context *ctx) { return -1; }
 
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *ctx) { return false; }
+bool kiln_cuda_context_uses_persistent(const kiln_cuda_context *ctx) { return false; }
 
 int kiln_cuda_context_set_profile(kiln_cuda_context *ctx, bool on, kiln_error *err) { return no_cuda(err); }
 

@@ -60,6 +60,8 @@ kiln_cuda_profile *kiln_cuda_context_profile(kiln_cuda_context *ctx);
 void kiln_cuda_profile_mark(kiln_cuda_profile *p, kiln_cuda_op op, uint64_t bytes, cudaStream_t stream);
 /* Adds the closed pass's times to the sums (after the stream has finished). */
 void kiln_cuda_profile_collect(kiln_cuda_profile *p);
+/* Adds time measured another way (the persistent step's stages) to op. No-op without a profile. */
+void kiln_cuda_profile_add(kiln_cuda_profile *p, kiln_cuda_op op, double ms, uint64_t bytes);
 
 /* KILN_GPU_DEBUG=1 (debug.c): each op of a one-token pass checked against the CPU from the GPU's inputs. */
 typedef struct kiln_cuda_debug kiln_cuda_debug;

@@ -46,6 +46,9 @@ struct kiln_cuda_context {
     bool graph_tried[2], graph_ok[2];
     kiln_cuda_profile *prof; /* while profiling: every op timed, no graph */
     kiln_cuda_debug *debug;  /* KILN_GPU_DEBUG=1: every op of a decode step checked on the CPU, no graph */
+    kiln_cuda_decode_layer *d_layers; /* the persistent decode step's layers (device copy), NULL when it is off */
+    kiln_cuda_decode_args persistent;
+    unsigned long long *d_stamps; /* while profiling the persistent step: its stages' end times */
     bool debug_pass;         /* the pass running now is checked (one token) */
 };
 
@@ -72,7 +75,8 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     size_t widest = max3((size_t)cfg->n_embd, qd, (size_t)cfg->n_ff);
     size_t splits_x_tokens = T > KILN_CUDA_DECODE_SPLITS ? T : KILN_CUDA_DECODE_SPLITS;
     size_t cache = (size_t)cfg->n_layer * kvd * (size_t)c->n_ctx * 2;
-    size_t counters = (size_t)cfg->n_head; /* one per head for the attention, the first for the norms */
+    /* one per head for the attention (the first also for the norms), one per 32 FFN rows for the persistent step */
+    size_t counters = (size_t)cfg->n_head + (size_t)cfg->n_ff / 32;
     struct { void **p; size_t bytes; } bufs[] = {
         {(void **)&c->d_io, sizeof(int32_t) * (T + 1)},
         {(void **)&c->x, sizeof(float) * T * cfg->n_embd},
@@ -104,6 +108,46 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     return cudaHostAlloc((void **)&c->h_io, sizeof(int32_t) * (T + 1), cudaHostAllocDefault);
 }
 
+static int env_int(const char *name, int fallback) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : fallback;
+}
+
+/* The persistent decode step (kiln_cuda_decode_layers) when KILN_CUDA_PERSISTENT=1 and the model's layers allow it;
+ * KILN_CUDA_PERSISTENT_BLOCKS and KILN_CUDA_PERSISTENT_PREFETCH pick its blocks per SM and prefetch. Off by default:
+ * on H100 it ran at 0.66-0.69x the kernel-per-op step (docs/cuda.md, "The persistent step"). */
+static cudaError_t setup_persistent(kiln_cuda_context *c) {
+    const kiln_cuda_model *cm = c->cm;
+    const kiln_config *cfg = &cm->cfg;
+    if (env_int("KILN_CUDA_PERSISTENT", 0) != 1 || cm->host) return cudaSuccess; /* KILN_GPU_DEBUG checks op by op */
+    size_t bytes = sizeof(kiln_cuda_decode_layer) * (size_t)cfg->n_layer;
+    kiln_cuda_decode_layer *layers = calloc(1, bytes);
+    if (!layers) return cudaErrorMemoryAllocation;
+    size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const kiln_cuda_layer *L = &cm->layers[l];
+        layers[l] = (kiln_cuda_decode_layer){L->wq, L->wk, L->wv, L->wo, L->gate, L->up, L->down,
+                                             L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv,
+                                             (uint16_t *)c->k_cache + (size_t)l * layer_cache,
+                                             (uint16_t *)c->v_cache + (size_t)l * layer_cache};
+    }
+    cudaError_t e = cudaSuccess;
+    if (kiln_cuda_decode_layers_supported(layers, cfg->n_layer, cfg->head_dim)) {
+        e = cudaMalloc((void **)&c->d_layers, bytes);
+        if (e == cudaSuccess) e = cudaMemcpy(c->d_layers, layers, bytes, cudaMemcpyHostToDevice);
+    }
+    free(layers);
+    kiln_cuda_rope_args ra = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, c->n_ctx,
+                              cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim), cm->rope_freq};
+    kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, KILN_CUDA_DECODE_SPLITS,
+                              KILN_CUDA_DECODE_MIN_CHUNK};
+    c->persistent = (kiln_cuda_decode_args){c->d_layers, cfg->n_layer, cfg->n_embd, cfg->n_ff, cfg->rms_eps, ra, aa,
+                                            c->x, c->q, c->k, c->v, c->attn, c->ff, c->part, c->act_q, c->act_q,
+                                            c->counters, c->d_pos, env_int("KILN_CUDA_PERSISTENT_BLOCKS", 0),
+                                            env_int("KILN_CUDA_PERSISTENT_PREFETCH", 1), NULL};
+    return e;
+}
+
 int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda_context **out, kiln_error *err) {
     *out = NULL;
     const kiln_config *cfg = &cm->cfg;
@@ -119,6 +163,7 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_tokens, 2 * sizeof(int32_t), cudaHostAllocDefault);
     for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&c->token_ready[i], cudaEventDisableTiming);
     if (e == cudaSuccess) e = alloc_buffers(c);
+    if (e == cudaSuccess) e = setup_persistent(c);
     if (e != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError();
@@ -151,6 +196,8 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
 kiln_cuda_profile *kiln_cuda_context_profile(kiln_cuda_context *c) { return c->prof; }
 
 static void free_profile(kiln_cuda_context *c) {
+    cudaFree(c->d_stamps);
+    c->d_stamps = NULL;
     if (!c->prof) return;
     for (int i = 0; i < KILN_PROFILE_MARKS; i++)
         if (c->prof->ev[i]) cudaEventDestroy(c->prof->ev[i]);
@@ -162,6 +209,13 @@ int kiln_cuda_context_set_profile(kiln_cuda_context *c, bool on, kiln_error *err
     free_profile(c);
     if (!on) return 0;
     if (!(c->prof = calloc(1, sizeof *c->prof))) return kiln_fail(err, "out of memory");
+    if (c->d_layers) {
+        cudaError_t e = cudaMalloc((void **)&c->d_stamps, sizeof(unsigned long long) * (1 + 5 * c->cm->cfg.n_layer));
+        if (e != cudaSuccess) {
+            free_profile(c);
+            return cuda_error(err, "allocating profile stamps", e);
+        }
+    }
     for (int i = 0; i < KILN_PROFILE_MARKS; i++) {
         cudaError_t e = cudaEventCreate(&c->prof->ev[i]);
         if (e != cudaSuccess) {
@@ -180,7 +234,7 @@ void kiln_cuda_context_free(kiln_cuda_context *c) {
     if (c->blas) cublasDestroy(c->blas);
     kiln_cuda_debug_free(c->debug);
     void *bufs[] = {c->d_io, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits,
-                    c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache, c->counters};
+                    c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache, c->counters, c->d_layers};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < 2; i++)
         if (c->token_ready[i]) cudaEventDestroy(c->token_ready[i]);
@@ -195,6 +249,8 @@ int kiln_cuda_context_debug_diverged(const kiln_cuda_context *c) {
 }
 
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *c) { return c->graph_ok[0] || c->graph_ok[1]; }
+
+bool kiln_cuda_context_uses_persistent(const kiln_cuda_context *c) { return c->d_layers != NULL; }
 
 /* out (+)= in W^T for T tokens. One token: GEMV (in_q: in already quantized to Q8_1, or NULL to quantize here;
  * float weights read in itself);
@@ -331,8 +387,14 @@ static int forward(kiln_cuda_context *c, int T, bool greedy) {
     c->normed = false;
     MARK(c, KILN_OP_EMBED, 0, (uint64_t)T * cm->token_embd.row_bytes);
     if (kiln_cuda_get_rows(&cm->token_embd, c->d_tokens, T, c->x, c->stream)) return -1;
-    for (int l = 0; l < cfg->n_layer; l++)
-        if (attention_block(c, l, T) || ffn_block(c, l, T)) return -1;
+    if (T == 1 && c->d_layers) {
+        c->persistent.stamps = c->prof ? c->d_stamps : NULL;
+        MARK(c, KILN_OP_COUNT, 0, 0); /* the stages' times come from the kernel's stamps (collect_stamps) */
+        if (kiln_cuda_decode_layers(&c->persistent, c->stream)) return -1;
+    } else {
+        for (int l = 0; l < cfg->n_layer; l++)
+            if (attention_block(c, l, T) || ffn_block(c, l, T)) return -1;
+    }
     float *last = c->x + (size_t)(T - 1) * cfg->n_embd;
     void *hq = kiln_cuda_type_uses_q8_1(cm->output.type) ? c->act_q : NULL;
     int top = cfg->n_layer; /* the final norm and the head, as a layer past the last */
@@ -369,6 +431,26 @@ static int set_inputs(kiln_cuda_context *c, const int32_t *tokens, int n, int po
 
 static void capture_decode_graph(kiln_cuda_context *c, int greedy);
 
+/* The persistent step's stage times, from the stamps of the pass that has just ended, into the profile. */
+static void collect_stamps(kiln_cuda_context *c) {
+    if (!c->prof || !c->d_stamps) return;
+    int n = 1 + 5 * c->cm->cfg.n_layer;
+    unsigned long long *t = malloc(sizeof *t * n);
+    if (!t || cudaMemcpy(t, c->d_stamps, sizeof *t * n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        free(t);
+        return;
+    }
+    static const kiln_cuda_op stage_op[5] = {KILN_OP_QKV, KILN_OP_ATTENTION, KILN_OP_WO, KILN_OP_GATE_UP, KILN_OP_DOWN};
+    for (int l = 0; l < c->cm->cfg.n_layer; l++) {
+        const kiln_cuda_layer *L = &c->cm->layers[l];
+        uint64_t bytes[5] = {mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv), 0, mbytes(&L->wo),
+                             mbytes(&L->gate) + mbytes(&L->up), mbytes(&L->down)};
+        for (int s = 0; s < 5; s++)
+            kiln_cuda_profile_add(c->prof, stage_op[s], (double)(t[1 + 5 * l + s] - t[5 * l + s]) * 1e-6, bytes[s]);
+    }
+    free(t);
+}
+
 /* One decode step: the captured graph when there is one, else eager launches (timed ones while profiling). */
 static int decode_step(kiln_cuda_context *c, int greedy) {
     if (!c->graph_tried[greedy] && !c->prof && !c->debug) capture_decode_graph(c, greedy);
@@ -376,6 +458,7 @@ static int decode_step(kiln_cuda_context *c, int greedy) {
         int rc = forward(c, 1, greedy);
         cudaStreamSynchronize(c->stream);
         kiln_cuda_profile_collect(c->prof);
+        collect_stamps(c);
         return rc;
     }
     if (c->graph_ok[greedy]) return cudaGraphLaunch(c->graph[greedy], c->stream) == cudaSuccess ? 0 : -1;

@@ -4,21 +4,11 @@
  * 16-byte loads. The fused gate/up kernel reads both matrices in the same pass and applies SwiGLU. */
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
+#include "cuda/q8_1.cuh"
 #include "cuda/quant_unpack.cuh"
 
 #define GEMV_ROWS_PER_BLOCK 4
 #define GEMV_PREFETCH_MB 4.0
-
-/* One Q8_1 block from the 32 values a warp holds, one per lane (the lanes' order is the elements' order). */
-__device__ __forceinline__ void quantize_warp(float v, int8_t *qs, __half2 *ds) {
-    int lane = threadIdx.x & 31;
-    float amax = warp_max(fabsf(v));
-    float d = amax / 127.0f;
-    int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
-    int sum = warp_sum_int(q);
-    qs[lane] = (int8_t)q;
-    if (lane == 0) *ds = __floats2half2_rn(d, d * (float)sum);
-}
 
 __global__ void quantize_q8_1_kernel(const float *x, int8_t *q, int64_t n_blocks) {
     pdl_wait_and_release();
@@ -70,24 +60,6 @@ static int64_t weight_prefetch_bytes() {
     return pdl_enabled() ? bytes : 0;
 }
 
-/* One Q8_1 block from 32 consecutive values held four per lane by 8 consecutive lanes: the same arithmetic as
- * quantize_warp, with a quarter of the shuffles per value. Every lane of the warp calls it; lanes whose 8 are out of
- * range pass store = false. */
-__device__ __forceinline__ void quantize_quad(float4 v, bool store, char4 *qs, __half2 *ds) {
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float d = amax / 127.0f;
-    int q0 = amax > 0.0f ? __float2int_rn(v.x / d) : 0, q1 = amax > 0.0f ? __float2int_rn(v.y / d) : 0;
-    int q2 = amax > 0.0f ? __float2int_rn(v.z / d) : 0, q3 = amax > 0.0f ? __float2int_rn(v.w / d) : 0;
-    int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (!store) return;
-    *qs = make_char4((signed char)q0, (signed char)q1, (signed char)q2, (signed char)q3);
-    if ((threadIdx.x & 7) == 0) *ds = __floats2half2_rn(d, d * (float)sum);
-}
-
 /* RMSNorm of the vector x (n values, n a multiple of 32) that every block of this grid has written, done by the
  * block that finishes last: out = x / rms * w and its Q8_1 copy for the next GEMV, without a kernel of its own.
  * x is read twice through L2 in 16-byte loads (16 KB at n = 4096). */
@@ -134,17 +106,6 @@ __device__ void norm_by_last_block(const kiln_cuda_norm_args &a, const float *x,
             quantize_quad(o, i < n4, q + i, ds + i / 8);
         }
     }
-}
-
-/* Blocks [g0, g1) of t into L2, field by field (each field's blocks are consecutive bytes), lane f asking for field
- * f. A GEMV's warps ask for the start of their rows this way before waiting for the previous kernel (programmatic
- * dependent launch): the weights do not depend on it, so their first bytes come from DRAM while it finishes. */
-template <class F, int FIELD = 0>
-__device__ __forceinline__ void prefetch_blocks(const qtensor &t, int64_t g0, int64_t g1, int64_t soa_off = 0) {
-    constexpr int size = F::fields[FIELD].size;
-    const uint8_t *f = t.base + soa_off * t.n_blocks;
-    if (threadIdx.x == FIELD) prefetch_l2(f + g0 * size, f + g1 * size);
-    if constexpr (FIELD + 1 < F::n_fields) prefetch_blocks<F, FIELD + 1>(t, g0, g1, soa_off + size);
 }
 
 /* SPLIT warps per row (each takes every SPLIT-th run of 32 parts; long rows, like the FFN down projection's, then
@@ -323,6 +284,11 @@ static void launch_gemv(int blocks, int rows_per_block, int row_bytes, cudaStrea
     launch_pdl(KERNEL, blocks, dim3(32, GEMV_ROWS_PER_BLOCK), stream, job, ex, n_parts, xq);
 }
 
+/* Warps per row of m. Long rows (8192+ inputs) in few rows get two: measured on H100, qwen2-1.5b's down
+ * projection (8960 x 1536) ran 12% faster; llama3-8b's (14336 x 4096, enough warps already) no faster, and its
+ * 4096-wide matrices (Q/K/V, output) with two warps a row cost 1.9% of tg128. */
+static int warps_per_row(const kiln_cuda_matrix *m) { return m->k / 32 >= 256 && m->n < 4096 ? 2 : 1; }
+
 /* ms[0..n_mats) share type and width (checked by the callers); job brings accumulate; norm, when non-NULL, the
  * norm the last block does. */
 template <bool SWIGLU>
@@ -330,9 +296,7 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
                         const kiln_cuda_norm_args *norm, cudaStream_t stream) {
     const kiln_cuda_matrix *m0 = ms[0];
     job.n_mats = n_mats;
-    /* long rows (8192+ inputs) in few rows get two warps each: measured on H100, qwen2-1.5b's down projection
-     * (8960 x 1536) ran 12% faster, llama3-8b's (14336 x 4096, enough warps already) no faster */
-    int split = m0->k / 32 >= 256 && m0->n < 4096 ? 2 : 1;
+    int split = warps_per_row(m0);
     int blocks = 0, rows_per_block = GEMV_ROWS_PER_BLOCK / split;
     for (int i = 0; i < n_mats; i++) {
         job.y[i] = ys[i];

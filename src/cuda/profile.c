@@ -27,6 +27,12 @@ void kiln_cuda_profile_collect(kiln_cuda_profile *p) {
     p->n = 0;
 }
 
+void kiln_cuda_profile_add(kiln_cuda_profile *p, kiln_cuda_op op, double ms, uint64_t bytes) {
+    if (!p) return;
+    p->ms[op] += ms;
+    p->total_bytes[op] += (double)bytes;
+}
+
 void kiln_cuda_profile_print(kiln_cuda_context *ctx, int n_steps, double copy_bw, FILE *out) {
     const kiln_cuda_profile *p = kiln_cuda_context_profile(ctx);
     if (!p || n_steps < 1) return;

@@ -20,6 +20,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "cuda/cuda_common.cuh"
+
 struct kpart {
     int q[8];   /* 32 signed bytes, element e in byte e % 4 of q[e / 4] */
     float d[2]; /* scale of elements 0..15 and 16..31 */
@@ -304,6 +306,17 @@ struct q8_1_view {
 __device__ __forceinline__ q8_1_view q8_1_at(const void *buf, int64_t n) {
     q8_1_view v = {(const int8_t *)buf, (const __half2 *)((const int8_t *)buf + n)};
     return v;
+}
+
+/* Blocks [g0, g1) of t into L2, field by field (each field's blocks are consecutive bytes), lane f asking for field
+ * f. A GEMV's warps ask for the start of their rows this way before waiting for the previous kernel (programmatic
+ * dependent launch): the weights do not depend on it, so their first bytes come from DRAM while it finishes. */
+template <class F, int FIELD = 0>
+__device__ __forceinline__ void prefetch_blocks(const qtensor &t, int64_t g0, int64_t g1, int64_t soa_off = 0) {
+    constexpr int size = F::fields[FIELD].size;
+    const uint8_t *f = t.base + soa_off * t.n_blocks;
+    if ((threadIdx.x & 31) == FIELD) prefetch_l2(f + g0 * size, f + g1 * size);
+    if constexpr (FIELD + 1 < F::n_fields) prefetch_blocks<F, FIELD + 1>(t, g0, g1, soa_off + size);
 }
 
 /* Dot product of part `part` of block g with Q8_1 block u of x: int8 dp4a per half, scales applied once per half.

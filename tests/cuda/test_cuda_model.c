@@ -1,6 +1,7 @@
 /* The CUDA executor against the CPU reference forward pass on whole models: logits after a batched prompt (the
- * cuBLAS prefill path), after single decode steps (the GEMV path), greedy generation through the captured graph and
- * through the engine's one-call-per-token path, and KILN_GPU_DEBUG's per-op checks (which must all pass).
+ * cuBLAS prefill path), after single decode steps (the GEMV path op by op, and the persistent step), greedy
+ * generation through the captured graph and through the engine's one-call-per-token path, and KILN_GPU_DEBUG's
+ * per-op checks (which must all pass).
  * Models come from KILN_CUDA_TEST_MODELS (space-separated GGUF paths; tests/cuda/make_model.py makes random ones in
  * every type); without it, or without a GPU, the test skips and says why. */
 #include <setjmp.h>
@@ -111,9 +112,10 @@ static bool check_model(const char *path) {
     /* a call that is not the step queued ahead discards it */
     if (kiln_cuda_decode_greedy(ctx, tokens[pos], pos, &step, &err)) fail_msg("%s", err.msg);
     if (step != gen[0]) fail_msg("%s: decode_greedy after a discarded step gave %d, expected %d", path, step, gen[0]);
-    fprintf(stderr, "%s: logits rel err prefill %.2e, decode (max of %d) %.2e; greedy %d/%d same as cpu argmax; %s\n",
+    fprintf(stderr, "%s: logits rel err prefill %.2e, decode (max of %d) %.2e; greedy %d/%d same as cpu argmax; %s, %s\n",
             path, e_prefill, N_DECODE, e_decode, same, N_GREEDY,
-            kiln_cuda_context_uses_graph(ctx) ? "graph replay" : "eager launches");
+            kiln_cuda_context_uses_graph(ctx) ? "graph replay" : "eager launches",
+            kiln_cuda_context_uses_persistent(ctx) ? "persistent step" : "a kernel per op");
     /* prefill runs F16 weights and activations through the GEMMs; decode runs GEMVs */
     /* Measured on random-weight models (H100, 7 runs): float models 8e-4 for both paths (F16 activations in the
      * prefill GEMMs, the F16 KV cache against the reference's F32 one); quantized models prefill up to 1.3e-2 and
@@ -175,7 +177,13 @@ static void test_models(void **state) {
     rng_seed();
     char *copy = strdup(list), *save = NULL;
     bool ok = true;
-    for (char *p = strtok_r(copy, " ", &save); p; p = strtok_r(NULL, " ", &save)) ok = check_model(p) && ok;
+    /* each model through a kernel per op (the default) and through the persistent decode step */
+    for (int persistent = 0; persistent <= 1; persistent++) {
+        if (persistent) setenv("KILN_CUDA_PERSISTENT", "1", 1);
+        strcpy(copy, list);
+        for (char *p = strtok_r(copy, " ", &save); p; p = strtok_r(NULL, " ", &save)) ok = check_model(p) && ok;
+        unsetenv("KILN_CUDA_PERSISTENT");
+    }
     free(copy);
     assert_true(ok);
 }

@@ -1,0 +1,200 @@
+/* One slice of split-K flash decoding for one (head, token): the body of attention.cu's split kernel, also run by
+ * the persistent decode kernel (decode_persistent.cu), which takes the slices of every head in turn in each block.
+ * Inputs the same launch may have written (q, k, v, the slices' partial results) are read through L2 (__ldcg):
+ * a block's L1 is not coherent with other blocks' stores. */
+#ifndef KILN_CUDA_ATTENTION_SLICE_CUH
+#define KILN_CUDA_ATTENTION_SLICE_CUH
+
+#include "cuda/cuda_common.cuh"
+#include "cuda/kernels.h"
+
+#define ATTN_WARPS 4
+
+/* The decode form's extras: q, k and v arrive as the Q/K/V GEMVs left them; the biases, the rotation and the q
+ * scale are applied here, the current position's k and v rows go into the cache, and the last block of each head
+ * merges its slices into out (and out_q). */
+struct attn_decode {
+    kiln_cuda_rope_args r;
+    const float *k, *v, *bq, *bk, *bv;
+    __half *k_cache, *v_cache;
+    float *out;
+    int8_t *out_q;
+    unsigned *counters; /* one per head */
+};
+
+/* Dim d of x + b rotated for position pos, as rope_store_kernel computes it (same pairs, same expressions). */
+__device__ __forceinline__ float roped(const kiln_cuda_rope_args &r, const float *x, const float *b, int d, int pos) {
+    float xd = __ldcg(x + d) + (b ? b[d] : 0.0f);
+    if (d >= r.rope_dim) return xd;
+    int half = r.rope_dim / 2;
+    bool first = r.neox ? d < half : (d & 1) == 0;
+    int i = r.neox ? (first ? d : d - half) : d / 2;
+    int pd = r.neox ? (first ? d + half : d - half) : d ^ 1; /* the other dim of the pair */
+    float xp = __ldcg(x + pd) + (b ? b[pd] : 0.0f);
+    float s, c;
+    sincosf((float)pos * r.freq[i], &s, &c);
+    return first ? xd * c - xp * s : xp * s + xd * c;
+}
+
+/* Dim d of the merged attention output of one (token, head) from its first n_slices slices at p (max, sum,
+ * accumulators; read through L2, since the decode form merges in the block that arrives last). */
+__device__ __forceinline__ float merge_slices(const kiln_cuda_attn_args &a, const float *p, int d, int n_slices) {
+    int stride = a.head_dim + 2;
+    float mx = -INFINITY;
+    /* unrolled so that the loads of several slices are in flight at once: this is a chain of L2 round trips */
+#pragma unroll 8
+    for (int s = 0; s < n_slices; s++) mx = fmaxf(mx, __ldcg(p + s * stride));
+    float num = 0.0f, den = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < n_slices; s++) {
+        const float *ps = p + s * stride;
+        float ms = __ldcg(ps), acc = __ldcg(ps + 2 + d), sum = __ldcg(ps + 1);
+        float w = ms == -INFINITY ? 0.0f : expf(ms - mx); /* an empty slice, whose acc and sum are zeros */
+        num += acc * w;
+        den += sum * w;
+    }
+    return num / den;
+}
+
+/* out[i] = v, and when out_q is non-NULL its Q8_1 form (n values in all): the warp holds 32 consecutive values. */
+__device__ __forceinline__ void store_merged(float v, float *out, int8_t *out_q, int64_t i, int64_t n) {
+    out[i] = v;
+    if (!out_q) return;
+    float amax = warp_max(fabsf(v));
+    float scale = amax / 127.0f;
+    int q = amax > 0.0f ? __float2int_rn(v / scale) : 0;
+    int sum = warp_sum_int(q);
+    out_q[i] = (int8_t)q;
+    if ((i & 31) == 0) ((__half2 *)(out_q + n))[i / 32] = __floats2half2_rn(scale, scale * (float)sum);
+}
+
+/* D consecutive halves (D = head_dim / 32: 2, 4 or 8, so 4, 8 or 16 aligned bytes) as floats, in one load. */
+template <int D>
+__device__ __forceinline__ void load_halves(const __half *p, float *out) {
+    __half2 h[D / 2];
+    if (D == 2) *(uint32_t *)h = *(const uint32_t *)p;
+    if (D == 4) *(uint2 *)h = *(const uint2 *)p;
+    if (D == 8) *(uint4 *)h = *(const uint4 *)p;
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) {
+        float2 f = __half22float2(h[i]);
+        out[2 * i] = f.x, out[2 * i + 1] = f.y;
+    }
+}
+
+/* Slice `split` of query token t, head `head`: an online softmax over the slice's positions into its part (max,
+ * sum, then head_dim accumulators, per (token, head, split)). DECODE: one token, with the work of attn_decode above;
+ * the last block of a head to finish merges the head's slices. Every thread of the block calls it; a block may call
+ * it again for another slice (the barrier at the top keeps the shared arrays of the previous call until all have
+ * read them). */
+template <int HD, bool DECODE>
+__device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const float *q, const __half *k_cache,
+                                           const __half *v_cache, int n_pos, float *part, const attn_decode &x,
+                                           int head, int split, int t) {
+    constexpr int D = HD / 32;
+    __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int cur = n_pos - 1;
+    /* slices of at least min_chunk positions: while the context is short, the later blocks find theirs empty */
+    int chunk = max(max(a.min_chunk, 1), (n_pos + a.n_split - 1) / a.n_split);
+    int begin = split * chunk, end = min(n_pos, begin + chunk);
+    /* the decode form runs only the slices that hold positions, and merges those: 1 of 32 up to 32 positions */
+    int n_used = (n_pos + chunk - 1) / chunk;
+    if (DECODE && split >= n_used) return;
+    int group = a.n_head / a.n_head_kv, kvh = head / group;
+    const float *qh = q + ((int64_t)t * a.n_head + head) * HD;
+    const __half *kb = k_cache + (int64_t)kvh * a.n_ctx * HD;
+    const __half *vb = v_cache + (int64_t)kvh * a.n_ctx * HD;
+
+    float qr[D], acc[D], kc[D], vc[D]; /* kc, vc: the current position's k and v (DECODE), as F16 values */
+#pragma unroll
+    for (int d = 0; d < D; d++) {
+        int dd = lane * D + d;
+        if (!DECODE) qr[d] = __ldcg(qh + dd);
+        else /* rotated here by each block of the head; an empty slice (short context) needs none */
+            qr[d] = begin < end ? roped(x.r, qh, x.bq ? x.bq + head * HD : nullptr, dd, cur) * x.r.q_scale : 0.0f;
+        acc[d] = kc[d] = vc[d] = 0.0f;
+    }
+    /* the blocks whose slice holds the current position use its k and v from registers; the first head of each KV
+     * group stores them, which no other block reads in this launch */
+    bool has_cur = DECODE && begin <= cur && cur < end;
+    if (has_cur) {
+        const float *kh = x.k + kvh * HD, *vh = x.v + kvh * HD;
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            int dd = lane * D + d;
+            __half kq = __float2half(roped(x.r, kh, x.bk ? x.bk + kvh * HD : nullptr, dd, cur));
+            __half vq = __float2half(__ldcg(vh + dd) + (x.bv ? x.bv[kvh * HD + dd] : 0.0f));
+            kc[d] = __half2float(kq), vc[d] = __half2float(vq);
+            if (head % group == 0 && warp == 0) {
+                x.k_cache[((int64_t)kvh * a.n_ctx + cur) * HD + dd] = kq;
+                x.v_cache[((int64_t)kvh * a.n_ctx + cur) * HD + dd] = vq;
+            }
+        }
+    }
+    /* a warp takes positions begin + warp, + ATTN_WARPS, ...; their k and v rows are loaded AHEAD positions at a
+     * time before any is used, so the loads are one round trip instead of a chain of them (same order of work) */
+    constexpr int AHEAD = 4;
+    float m = -INFINITY, l = 0.0f;
+    for (int p0 = begin + warp; p0 < end; p0 += AHEAD * ATTN_WARPS) {
+        float kf[AHEAD][D], vf[AHEAD][D];
+#pragma unroll
+        for (int i = 0; i < AHEAD; i++) {
+            int p = p0 + i * ATTN_WARPS;
+            bool here = has_cur && p == cur;
+            if (p < end && !here) {
+                load_halves<D>(kb + (int64_t)p * HD + lane * D, kf[i]);
+                load_halves<D>(vb + (int64_t)p * HD + lane * D, vf[i]);
+            } else {
+#pragma unroll
+                for (int d = 0; d < D; d++) kf[i][d] = kc[d], vf[i][d] = vc[d];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < AHEAD; i++) {
+            if (p0 + i * ATTN_WARPS >= end) break;
+            float s = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++) s += qr[d] * kf[i][d];
+            s = warp_sum(s);
+            float m_new = fmaxf(m, s);
+            float corr = expf(m - m_new), w = expf(s - m_new);
+#pragma unroll
+            for (int d = 0; d < D; d++) acc[d] = acc[d] * corr + w * vf[i][d];
+            l = l * corr + w;
+            m = m_new;
+        }
+    }
+
+    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS], sacc[ATTN_WARPS][HD];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+    for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
+    __syncthreads();
+    float *out = part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; w++) mx = fmaxf(mx, sm[w]);
+    for (int d = threadIdx.x; d < HD; d += 32 * ATTN_WARPS) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; w++)
+            if (sm[w] > -INFINITY) v += sacc[w][d] * expf(sm[w] - mx);
+        out[2 + d] = v;
+    }
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int w = 0; w < ATTN_WARPS; w++)
+            if (sm[w] > -INFINITY) sum += sl[w] * expf(sm[w] - mx);
+        out[0] = mx, out[1] = sum;
+    }
+    if (!DECODE || !arrive_last(x.counters + head, n_used)) return;
+    const float *ph = part + (int64_t)head * a.n_split * (HD + 2);
+    for (int d0 = 0; d0 < HD; d0 += 32 * ATTN_WARPS) /* whole warps: HD 64 leaves two idle */
+        if (d0 + warp * 32 < HD) {
+            int d = d0 + threadIdx.x;
+            store_merged(merge_slices(a, ph, d, n_used), x.out, x.out_q, (int64_t)head * HD + d, (int64_t)a.n_head * HD);
+        }
+}
+
+#endif
