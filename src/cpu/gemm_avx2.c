@@ -8,41 +8,16 @@
 #include <string.h>
 
 #include "cpu/gemm.h"
+#include "quant/legacy_avx2_blocks.h"
 
-/* 32 unsigned 4-bit quants of a block in element order: the low nibbles are elements 0-15. */
-static inline __m256i unpack_nibbles(const uint8_t *qs) {
-    __m128i packed = _mm_loadu_si128((const __m128i *)qs), mask = _mm_set1_epi8(0x0F);
-    __m128i lo = _mm_and_si128(packed, mask), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
-    return _mm256_set_m128i(hi, lo);
-}
-
-/* Eight int32 partial sums of (unsigned x - bias) times signed y. */
+/* (unsigned x - bias) times the signed quants at qy, as eight int32 partial sums: the vec_dot's block dot. */
 static inline __m256i block_dot(__m256i ux, const int8_t *qy, int bias) {
     __m256i sy = _mm256_loadu_si256((const __m256i *)qy);
-    __m256i pairs = _mm256_maddubs_epi16(ux, sy);
-    if (bias) pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8((char)bias), sy));
-    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-/* The first 4 bytes (two halves: d and m, or d and two quant bytes) of 4 consecutive blocks as 8 floats. */
-static inline __m256 block_heads(const void *blocks, size_t stride) {
-    const uint8_t *b = blocks;
-    uint32_t w[4];
-    for (int k = 0; k < 4; k++) memcpy(&w[k], b + k * stride, sizeof w[k]);
-    __m128i v = _mm_cvtsi32_si128((int)w[0]);
-    v = _mm_insert_epi32(v, (int)w[1], 1);
-    v = _mm_insert_epi32(v, (int)w[2], 2);
-    return _mm256_cvtph_ps(_mm_insert_epi32(v, (int)w[3], 3));
+    return bias ? dot_biased(ux, sy, bias) : dot_u8_i8(ux, sy);
 }
 
 /* m_x of a Q4_1 block; Q4_0 has no such term. */
-static inline float block_min_q4_1(const block_q4_1 *x) { return _cvtsh_ss(x->m); }
+static inline float block_min_q4_1(const block_q4_1 *x) { return half_to_float(x->m); }
 static inline float block_min_q4_0(const block_q4_0 *x) {
     (void)x;
     return 0.0f;
@@ -76,7 +51,7 @@ static inline float block_min_q4_0(const block_q4_0 *x) {
         }                                                                                                            \
         for (; i < nb; i++) {                                                                                        \
             __m256i qx = unpack_nibbles(x[i].qs);                                                                    \
-            float dx = _cvtsh_ss(x[i].d);                                                                            \
+            float dx = half_to_float(x[i].d);                                                                            \
             for (int k = 0; k < KILN_GEMM_TOKENS; k++) {                                                             \
                 const block_##atype *y = (const block_##atype *)((const char *)vy + (size_t)k * y_stride) + i;       \
                 const float *sc = scales + (size_t)k * s_stride + 2 * i;                                             \

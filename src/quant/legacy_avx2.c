@@ -4,19 +4,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "quant/legacy_avx2_blocks.h"
 #include "quant/quant.h"
-
-/* F16C converts exactly, like kiln_half_to_float, but in one instruction. */
-static inline float half_to_float(kiln_half h) { return _cvtsh_ss(h); }
-
-/* Element order: low nibbles are elements 0..15, high nibbles 16..31, as in the scalar code. */
-static inline __m256i unpack_nibbles(const uint8_t *qs) {
-    __m128i packed = _mm_loadu_si128((const __m128i *)qs);
-    __m128i mask = _mm_set1_epi8(0x0F);
-    __m128i lo = _mm_and_si128(packed, mask);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
-    return _mm256_set_m128i(hi, lo);
-}
 
 /* Byte i becomes 0x10 where bit i of qh is set: the fifth bit of element i of a 5-bit block. */
 static inline __m256i fifth_bits(const uint8_t *qh_bytes) {
@@ -153,30 +142,9 @@ static void quantize_row_q8_1(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* Eight int32 partial sums of unsigned x times signed y. Pairs cannot saturate the int16 step while x <= 128 and
- * |y| <= 127, which holds for every quantizer's output. */
-static inline __m256i dot_u8_i8(__m256i ux, __m256i sy) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(ux, sy), _mm256_set1_epi16(1));
-}
-
 /* Signed times signed: move x's sign onto y so maddubs can treat x as unsigned. */
 static inline __m256i dot_i8_i8(__m256i x, __m256i y) {
     return dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
-
-/* (x - bias) . y for unsigned x, as dot(x, y) - dot(bias, y): cheaper than moving signs, and the int16 step stays
- * within range for any y. */
-static inline __m256i dot_biased(__m256i ux, __m256i sy, int bias) {
-    __m256i bias_sums = _mm256_maddubs_epi16(_mm256_set1_epi8((char)bias), sy);
-    __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(ux, sy), bias_sums);
-    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 static inline __m256 block_scale(kiln_half dx, kiln_half dy) {
@@ -213,19 +181,6 @@ static inline float no_offset(const void *x, const void *y) {
     (void)x;
     (void)y;
     return 0.0f;
-}
-
-/* The first two halves of 4 consecutive blocks as 8 floats: d and m of offset weights, d and s of Q8_1, d and two
- * quant bytes of the others. Inserted one by one: built any other way, compilers assemble the vector in memory and
- * stall on the reload. */
-static inline __m256 block_heads(const void *blocks, size_t stride) {
-    const uint8_t *b = blocks;
-    uint32_t w[4];
-    for (int k = 0; k < 4; k++) memcpy(&w[k], b + k * stride, sizeof w[k]);
-    __m128i v = _mm_cvtsi32_si128((int)w[0]);
-    v = _mm_insert_epi32(v, (int)w[1], 1);
-    v = _mm_insert_epi32(v, (int)w[2], 2);
-    return _mm256_cvtph_ps(_mm_insert_epi32(v, (int)w[3], 3));
 }
 
 /* A dot product of weights with Q8_0 or Q8_1 activations. Blocks go in groups of 4, whose scales come from one
