@@ -8,8 +8,10 @@
  *
  * Cache layout per layer: [block][kv head][position in block][head_dim] halves, so a block's rows for one head are
  * one contiguous run. */
+#include "cuda/attention_slice.cuh"
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels_batch.h"
+#include "cuda/rope_head.cuh"
 
 #define PAGED_WARPS 4
 
@@ -24,38 +26,8 @@ __global__ void rope_store_paged_kernel(kiln_cuda_paged_args a, float *q, const 
     pdl_wait_and_release();
     int head = blockIdx.x, t = blockIdx.y;
     int pos = d_pos[t], slot = d_slot[t];
-    bool is_q = head < a.n_head;
-    int h = is_q ? head : head - a.n_head;
-    int q_dim = a.n_head * a.head_dim, kv_dim = a.n_head_kv * a.head_dim;
-    int off = h * a.head_dim;
-    float *src = is_q ? q + (int64_t)t * q_dim + off : nullptr;
-    const float *ks = k + (int64_t)t * kv_dim + off;
-    const float *bias = is_q ? (bq ? bq + off : nullptr) : (bk ? bk + off : nullptr);
-    int64_t row = paged_row(a, slot / a.block_size, h, slot % a.block_size);
-    __half *kc = k_cache + row, *vc = v_cache + row;
-    int half_rope = a.rope_dim / 2;
-    for (int i = threadIdx.x; i < a.head_dim / 2; i += blockDim.x) {
-        int i0, i1; /* the two dims this thread owns */
-        if (i < half_rope && a.neox) i0 = i, i1 = i + half_rope;
-        else i0 = 2 * i, i1 = 2 * i + 1;
-        float x0 = is_q ? src[i0] : ks[i0], x1 = is_q ? src[i1] : ks[i1];
-        if (bias) x0 += bias[i0], x1 += bias[i1];
-        if (i < half_rope) {
-            float s, c;
-            sincosf((float)pos * a.freq[i], &s, &c);
-            float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
-            x0 = r0, x1 = r1;
-        }
-        if (is_q) {
-            src[i0] = x0 * a.q_scale, src[i1] = x1 * a.q_scale;
-        } else {
-            kc[i0] = __float2half(x0), kc[i1] = __float2half(x1);
-            const float *vs = v + (int64_t)t * kv_dim + off;
-            float v0 = vs[2 * i], v1 = vs[2 * i + 1];
-            if (bv) v0 += bv[off + 2 * i], v1 += bv[off + 2 * i + 1];
-            vc[2 * i] = __float2half(v0), vc[2 * i + 1] = __float2half(v1);
-        }
-    }
+    int64_t row = paged_row(a, slot / a.block_size, rope_kv_head(a, head), slot % a.block_size);
+    rope_store_head(a, head, t, pos, q, k, v, bq, bk, bv, k_cache + row, v_cache + row);
 }
 
 /* part per (token, head, slice): max, sum, then head_dim accumulators. */
@@ -95,28 +67,8 @@ __global__ void __launch_bounds__(32 * PAGED_WARPS)
         m = m_new;
     }
 
-    __shared__ float sm[PAGED_WARPS], sl[PAGED_WARPS], sacc[PAGED_WARPS][HD];
-    if (lane == 0) sm[warp] = m, sl[warp] = l;
-#pragma unroll
-    for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
-    __syncthreads();
     float *out = part + (((int64_t)t * a.n_head + head) * KILN_CUDA_DECODE_SPLITS + split) * (HD + 2);
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < PAGED_WARPS; w++) mx = fmaxf(mx, sm[w]);
-    for (int d = threadIdx.x; d < HD; d += 32 * PAGED_WARPS) {
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < PAGED_WARPS; w++)
-            if (sm[w] > -INFINITY) v += sacc[w][d] * expf(sm[w] - mx);
-        out[2 + d] = v;
-    }
-    if (threadIdx.x == 0) {
-        float sum = 0.0f;
-        for (int w = 0; w < PAGED_WARPS; w++)
-            if (sm[w] > -INFINITY) sum += sl[w] * expf(sm[w] - mx);
-        out[0] = mx, out[1] = sum;
-    }
+    write_slice<HD, PAGED_WARPS>(m, l, acc, out);
 }
 
 /* One block per (head, token), a thread per dim; with out_q the merged row is also quantized to Q8_1 (a warp holds
@@ -139,18 +91,7 @@ __global__ void attn_paged_merge_kernel(kiln_cuda_paged_args a, const int32_t *d
         num += ps[2 + d] * w;
         den += ps[1] * w;
     }
-    float v = num / den;
-    int64_t i = ((int64_t)t * a.n_head + head) * hd + d;
-    out[i] = v;
-    if (out_q) {
-        float amax = warp_max(fabsf(v));
-        float scale = amax / 127.0f;
-        int q = amax > 0.0f ? __float2int_rn(v / scale) : 0;
-        int sum = warp_sum_int(q);
-        out_q[i] = (int8_t)q;
-        int64_t n = (int64_t)n_tokens * a.n_head * hd;
-        if ((d & 31) == 0) ((__half2 *)(out_q + n))[i / 32] = __floats2half2_rn(scale, scale * (float)sum);
-    }
+    store_merged(num / den, out, out_q, ((int64_t)t * a.n_head + head) * hd + d, (int64_t)n_tokens * a.n_head * hd);
 }
 
 extern "C" void kiln_cuda_rope_store_paged(const kiln_cuda_paged_args *a, float *q, const float *k, const float *v,

@@ -68,6 +68,36 @@ __device__ __forceinline__ void store_merged(float v, float *out, int8_t *out_q,
     if ((i & 31) == 0) ((__half2 *)(out_q + n))[i / 32] = __floats2half2_rn(scale, scale * (float)sum);
 }
 
+/* A slice's result from the WARPS warps of a block, each with its running max m, sum l and accumulators acc (D = HD /
+ * 32 dims a lane) over its share of the positions, rescaled to the largest max and written to out: max, sum, then HD
+ * accumulators. Every thread of the block calls it. */
+template <int HD, int WARPS>
+__device__ __forceinline__ void write_slice(float m, float l, const float *acc, float *out) {
+    constexpr int D = HD / 32;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __shared__ float sm[WARPS], sl[WARPS], sacc[WARPS][HD];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+    for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
+    __syncthreads();
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++) mx = fmaxf(mx, sm[w]);
+    for (int d = threadIdx.x; d < HD; d += 32 * WARPS) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++)
+            if (sm[w] > -INFINITY) v += sacc[w][d] * expf(sm[w] - mx);
+        out[2 + d] = v;
+    }
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int w = 0; w < WARPS; w++)
+            if (sm[w] > -INFINITY) sum += sl[w] * expf(sm[w] - mx);
+        out[0] = mx, out[1] = sum;
+    }
+}
+
 /* D consecutive halves (D = head_dim / 32: 2, 4 or 8, so 4, 8 or 16 aligned bytes) as floats, in one load. */
 template <int D>
 __device__ __forceinline__ void load_halves(const __half *p, float *out) {
@@ -166,28 +196,7 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
         }
     }
 
-    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS], sacc[ATTN_WARPS][HD];
-    if (lane == 0) sm[warp] = m, sl[warp] = l;
-#pragma unroll
-    for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
-    __syncthreads();
-    float *out = part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2);
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < ATTN_WARPS; w++) mx = fmaxf(mx, sm[w]);
-    for (int d = threadIdx.x; d < HD; d += 32 * ATTN_WARPS) {
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATTN_WARPS; w++)
-            if (sm[w] > -INFINITY) v += sacc[w][d] * expf(sm[w] - mx);
-        out[2 + d] = v;
-    }
-    if (threadIdx.x == 0) {
-        float sum = 0.0f;
-        for (int w = 0; w < ATTN_WARPS; w++)
-            if (sm[w] > -INFINITY) sum += sl[w] * expf(sm[w] - mx);
-        out[0] = mx, out[1] = sum;
-    }
+    write_slice<HD, ATTN_WARPS>(m, l, acc, part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2));
     if (!DECODE || !arrive_last(x.counters + head, n_used)) return;
     const float *ph = part + (int64_t)head * a.n_split * (HD + 2);
     for (int d0 = 0; d0 < HD; d0 += 32 * ATTN_WARPS) /* whole warps: HD 64 leaves two idle */

@@ -159,37 +159,11 @@ __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, NORM ? 8 : 0)
     if (NORM) norm_by_last_block(ex.norm, y, n);
 }
 
-/* Eight consecutive weights of a float row as F32: one 16-byte load for F16/BF16, two for F32. */
-template <kiln_type T>
-__device__ __forceinline__ void load8(const uint8_t *row, int i8, float v[8]) {
-    if (T == KILN_TYPE_F32) {
-        const float4 *p = (const float4 *)row + 2 * i8;
-        float4 a = p[0], b = p[1];
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    } else {
-        uint4 r = ((const uint4 *)row)[i8];
-        uint32_t words[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            if (T == KILN_TYPE_F16) {
-                __half2 h = *(__half2 *)&words[i];
-                float2 f = __half22float2(h);
-                v[2 * i] = f.x, v[2 * i + 1] = f.y;
-            } else {
-                v[2 * i] = __uint_as_float(words[i] << 16);
-                v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-            }
-        }
-    }
-}
-
 template <kiln_type T>
 __device__ __forceinline__ float dot8(const uint8_t *row, int i8, const float *x) {
     float w[8];
     load8<T>(row, i8, w);
-    const float4 *xp = (const float4 *)x + 2 * i8;
-    float4 a = xp[0], b = xp[1];
-    return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
+    return dot8f(w, x, i8);
 }
 
 template <kiln_type T, bool SWIGLU>

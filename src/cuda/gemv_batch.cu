@@ -223,35 +223,6 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
     }
 }
 
-/* Eight consecutive weights of a float row as F32 (as gemv.cu reads them). */
-template <kiln_type T>
-__device__ __forceinline__ void load8f(const uint8_t *row, int i8, float v[8]) {
-    if (T == KILN_TYPE_F32) {
-        const float4 *p = (const float4 *)row + 2 * i8;
-        float4 a = p[0], b = p[1];
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    } else {
-        uint4 r = ((const uint4 *)row)[i8];
-        uint32_t words[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            if (T == KILN_TYPE_F16) {
-                float2 f = __half22float2(*(__half2 *)&words[i]);
-                v[2 * i] = f.x, v[2 * i + 1] = f.y;
-            } else {
-                v[2 * i] = __uint_as_float(words[i] << 16);
-                v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-            }
-        }
-    }
-}
-
-__device__ __forceinline__ float dot8f(const float w[8], const float *x, int i8) {
-    const float4 *xp = (const float4 *)x + 2 * i8;
-    float4 a = xp[0], b = xp[1];
-    return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
-}
-
 /* Float weights with F32 activations: one row per warp, eight weights per lane and step. */
 template <kiln_type T, bool SWIGLU>
 __global__ void __launch_bounds__(32 * F_WARPS)
@@ -273,8 +244,8 @@ __global__ void __launch_bounds__(32 * F_WARPS)
     for (int j = 0; j < BATCH_GROUP; j++) a[j] = b[j] = 0.0f;
     for (int i8 = threadIdx.x; i8 < k / 8; i8 += 32) {
         float wv[8], uv[8];
-        load8f<T>(wr, i8, wv);
-        if (SWIGLU) load8f<T>(ur, i8, uv);
+        load8<T>(wr, i8, wv);
+        if (SWIGLU) load8<T>(ur, i8, uv);
 #pragma unroll
         for (int j = 0; j < BATCH_GROUP; j++) {
             if (j >= nv) break;

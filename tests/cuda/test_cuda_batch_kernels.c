@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "cuda/kernels_batch.h"
+#include "gpu_quant.h"
 #include "gpu_test.h"
 #include "quant/quant.h"
 #include "util/half.h"
@@ -20,39 +21,6 @@
         if (!gpu_present()) skip();                                                                                    \
         rng_seed();                                                                                                    \
     } while (0)
-
-#define Q8_1_BYTES(n) ((size_t)(n) / 32 * 36)
-
-/* The activations the GPU quantized, back as floats (n values: n int8, then n/32 (d, s) half pairs). */
-static void dequant_q8_1(const uint8_t *q, int n, float *out) {
-    for (int i = 0; i < n; i++)
-        out[i] = kiln_half_to_float(((const kiln_half *)(q + n))[2 * (i / 32)]) * (float)(int8_t)q[i];
-}
-
-static const void *upload_matrix(kiln_type type, const uint8_t *w, int k, int n) {
-    size_t bytes = kiln_row_size(type, k) * n;
-    void *file_layout = gpu_upload(w, bytes);
-    if (!kiln_cuda_type_uses_q8_1(type)) return file_layout;
-    void *dst = gpu_alloc(bytes);
-    assert_int_equal(kiln_cuda_repack(type, file_layout, dst, (int64_t)n * k / kiln_type_get(type)->block_size, 0), 0);
-    return dst;
-}
-
-/* Random rows through the CPU's reference quantizer (float types: random values), and their dequantized values. */
-static uint8_t *random_rows(kiln_type type, int k, int n, float **deq) {
-    const kiln_quant_ops *ops = kiln_quant_ops_get(type, KILN_ISA_SCALAR);
-    size_t rb = kiln_row_size(type, k);
-    uint8_t *w = malloc(rb * n);
-    float *src = malloc(sizeof(float) * k);
-    *deq = malloc(sizeof(float) * k * n);
-    for (int r = 0; r < n; r++) {
-        rng_fill(src, k, 1.0f);
-        ops->quantize(src, w + rb * r, k);
-        ops->dequantize(w + rb * r, *deq + (size_t)k * r, k);
-    }
-    free(src);
-    return w;
-}
 
 /* The GEMV's input as the GPU sees it: Q8_1 of each of the n_vec rows (quantized types) or the rows themselves. */
 typedef struct batch_input {
