@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(PD_THREADS, 4) decode_layers_kernel(kiln_cuda_
         gemv_rows(L.wv, nq + nk, a.v, false, xe);
         prefetch_first_row(L.wo, 0, a.prefetch);
         grid.sync();
-        stamp(1 + 5 * l);
+        stamp(1 + KILN_CUDA_DECODE_STAGES * l);
 
         attn_decode x = {r, a.k, a.v, L.bq, L.bk, L.bv, (__half *)L.k_cache, (__half *)L.v_cache,
                          a.attn_out, (int8_t *)a.attn_q, a.counters};
@@ -230,26 +230,26 @@ __global__ void __launch_bounds__(PD_THREADS, 4) decode_layers_kernel(kiln_cuda_
             attn_slice<HD, true>(a.attn, a.q, (const __half *)L.k_cache, (const __half *)L.v_cache, n_pos, a.part, x,
                                  it / a.attn.n_split, it % a.attn.n_split, 0);
         grid.sync();
-        stamp(2 + 5 * l);
+        stamp(2 + KILN_CUDA_DECODE_STAGES * l);
 
         q8_1_to_shared(a.attn_q, q_dim, xs);
         gemv_rows(L.wo, 0, a.x, true, xa);
         prefetch_first_row(L.gate, 0, a.prefetch);
         prefetch_first_row(L.up, 0, a.prefetch);
         grid.sync();
-        stamp(3 + 5 * l);
+        stamp(3 + KILN_CUDA_DECODE_STAGES * l);
 
         norm_to_shared(a.x, L.ffn_norm, a.n_embd, a.eps, xs);
         swiglu_rows(L.gate, L.up, xe, a.ff, (int8_t *)a.ff_q, a.counters + r.n_head);
         prefetch_first_row(L.down, 0, a.prefetch);
         grid.sync();
-        stamp(4 + 5 * l);
+        stamp(4 + KILN_CUDA_DECODE_STAGES * l);
 
         q8_1_to_shared(a.ff_q, a.n_ff, xs);
         gemv_rows(L.down, 0, a.x, true, xf);
         if (l + 1 < a.n_layer) prefetch_first_row(a.layers[l + 1].wq, 0, a.prefetch);
         grid.sync();
-        stamp(5 + 5 * l);
+        stamp(5 + KILN_CUDA_DECODE_STAGES * l);
     }
 }
 

@@ -108,6 +108,14 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     return cudaHostAlloc((void **)&c->h_io, sizeof(int32_t) * (T + 1), cudaHostAllocDefault);
 }
 
+/* The rope stage's arguments for this context: the same for every layer and every path. */
+static kiln_cuda_rope_args rope_args(const kiln_cuda_context *c) {
+    const kiln_config *cfg = &c->cm->cfg;
+    return (kiln_cuda_rope_args){cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, c->n_ctx,
+                                 cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim),
+                                 c->cm->rope_freq};
+}
+
 static int env_int(const char *name, int fallback) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : fallback;
@@ -115,7 +123,7 @@ static int env_int(const char *name, int fallback) {
 
 /* The persistent decode step (kiln_cuda_decode_layers) when KILN_CUDA_PERSISTENT=1 and the model's layers allow it;
  * KILN_CUDA_PERSISTENT_BLOCKS and KILN_CUDA_PERSISTENT_PREFETCH pick its blocks per SM and prefetch. Off by default:
- * on H100 it ran at 0.66-0.69x the kernel-per-op step (docs/cuda.md, "The persistent step"). */
+ * on H100 it ran at 0.61-0.65x the kernel-per-op step (docs/cuda.md, "The persistent step"). */
 static cudaError_t setup_persistent(kiln_cuda_context *c) {
     const kiln_cuda_model *cm = c->cm;
     const kiln_config *cfg = &cm->cfg;
@@ -137,11 +145,9 @@ static cudaError_t setup_persistent(kiln_cuda_context *c) {
         if (e == cudaSuccess) e = cudaMemcpy(c->d_layers, layers, bytes, cudaMemcpyHostToDevice);
     }
     free(layers);
-    kiln_cuda_rope_args ra = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, c->n_ctx,
-                              cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim), cm->rope_freq};
     kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, KILN_CUDA_DECODE_SPLITS,
                               KILN_CUDA_DECODE_MIN_CHUNK};
-    c->persistent = (kiln_cuda_decode_args){c->d_layers, cfg->n_layer, cfg->n_embd, cfg->n_ff, cfg->rms_eps, ra, aa,
+    c->persistent = (kiln_cuda_decode_args){c->d_layers, cfg->n_layer, cfg->n_embd, cfg->n_ff, cfg->rms_eps, rope_args(c), aa,
                                             c->x, c->q, c->k, c->v, c->attn, c->ff, c->part, c->act_q, c->act_q,
                                             c->counters, c->d_pos, env_int("KILN_CUDA_PERSISTENT_BLOCKS", 0),
                                             env_int("KILN_CUDA_PERSISTENT_PREFETCH", 1), NULL};
@@ -210,7 +216,7 @@ int kiln_cuda_context_set_profile(kiln_cuda_context *c, bool on, kiln_error *err
     if (!on) return 0;
     if (!(c->prof = calloc(1, sizeof *c->prof))) return kiln_fail(err, "out of memory");
     if (c->d_layers) {
-        cudaError_t e = cudaMalloc((void **)&c->d_stamps, sizeof(unsigned long long) * (1 + 5 * c->cm->cfg.n_layer));
+        cudaError_t e = cudaMalloc((void **)&c->d_stamps, sizeof(unsigned long long) * (1 + KILN_CUDA_DECODE_STAGES * c->cm->cfg.n_layer));
         if (e != cudaSuccess) {
             free_profile(c);
             return cuda_error(err, "allocating profile stamps", e);
@@ -334,8 +340,7 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     if (qkv(c, L, hq, T)) return -1;
     size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
     void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
-    kiln_cuda_rope_args ra = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, c->n_ctx,
-                              cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim), c->cm->rope_freq};
+    kiln_cuda_rope_args ra = rope_args(c);
     int splits = T >= KILN_CUDA_DECODE_SPLITS ? 1 : KILN_CUDA_DECODE_SPLITS / T;
     kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits,
                               T == 1 ? KILN_CUDA_DECODE_MIN_CHUNK : 1};
@@ -434,19 +439,22 @@ static void capture_decode_graph(kiln_cuda_context *c, int greedy);
 /* The persistent step's stage times, from the stamps of the pass that has just ended, into the profile. */
 static void collect_stamps(kiln_cuda_context *c) {
     if (!c->prof || !c->d_stamps) return;
-    int n = 1 + 5 * c->cm->cfg.n_layer;
+    int n = 1 + KILN_CUDA_DECODE_STAGES * c->cm->cfg.n_layer;
     unsigned long long *t = malloc(sizeof *t * n);
     if (!t || cudaMemcpy(t, c->d_stamps, sizeof *t * n, cudaMemcpyDeviceToHost) != cudaSuccess) {
         free(t);
         return;
     }
-    static const kiln_cuda_op stage_op[5] = {KILN_OP_QKV, KILN_OP_ATTENTION, KILN_OP_WO, KILN_OP_GATE_UP, KILN_OP_DOWN};
+    static const kiln_cuda_op stage_op[KILN_CUDA_DECODE_STAGES] = {KILN_OP_QKV, KILN_OP_ATTENTION, KILN_OP_WO,
+                                                                   KILN_OP_GATE_UP, KILN_OP_DOWN};
     for (int l = 0; l < c->cm->cfg.n_layer; l++) {
         const kiln_cuda_layer *L = &c->cm->layers[l];
-        uint64_t bytes[5] = {mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv), 0, mbytes(&L->wo),
+        uint64_t bytes[KILN_CUDA_DECODE_STAGES] = {mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv), 0, mbytes(&L->wo),
                              mbytes(&L->gate) + mbytes(&L->up), mbytes(&L->down)};
-        for (int s = 0; s < 5; s++)
-            kiln_cuda_profile_add(c->prof, stage_op[s], (double)(t[1 + 5 * l + s] - t[5 * l + s]) * 1e-6, bytes[s]);
+        for (int s = 0; s < KILN_CUDA_DECODE_STAGES; s++) {
+            const unsigned long long *end = t + 1 + KILN_CUDA_DECODE_STAGES * l + s;
+            kiln_cuda_profile_add(c->prof, stage_op[s], (double)(end[0] - end[-1]) * 1e-6, bytes[s]);
+        }
     }
     free(t);
 }

@@ -158,6 +158,8 @@ int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const kiln_cuda_att
  * the warp that completes it), down projection (+= x). Before each barrier a warp may ask for the weights of its
  * next row into L2, so the barrier's wait overlaps their reads. x holds the embedding before and the residual
  * stream after; the final norm and the head are left to the caller. */
+#define KILN_CUDA_DECODE_STAGES 5 /* Q/K/V, attention, output projection, gate/up, down */
+
 typedef struct kiln_cuda_decode_layer {
     kiln_cuda_matrix wq, wk, wv, wo, gate, up, down;
     const float *attn_norm, *ffn_norm, *bq, *bk, *bv; /* biases may be NULL */
@@ -176,7 +178,8 @@ typedef struct kiln_cuda_decode_args {
     const int32_t *d_pos;
     int blocks_per_sm;       /* 0: as many as fit (4 on H100) */
     int prefetch;            /* 1: a warp asks for its first row of the next stage into L2 before each barrier */
-    unsigned long long *stamps; /* NULL, or 1 + 5 * n_layer device times (ns): the start, then each stage's end */
+    unsigned long long *stamps; /* NULL, or 1 + KILN_CUDA_DECODE_STAGES * n_layer device times (ns): the start,
+                                 * then each stage's end */
 } kiln_cuda_decode_args;
 
 /* Whether the persistent step runs these layers (host copies): quantized matrices with rows of k multiple of their
