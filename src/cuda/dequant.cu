@@ -9,7 +9,7 @@
 template <class F>
 __device__ __forceinline__ void dequant_part(const qtensor &t, int64_t g0, int u, float out[32]) {
     kpart p;
-    F::unpack(t, g0 + u / F::parts, u % F::parts, p);
+    unpack_part<F>(t, g0 + u / F::parts, u % F::parts, p);
 #pragma unroll
     for (int e = 0; e < 32; e++) out[e] = kpart_value(p, e);
 }

@@ -152,12 +152,12 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
     int u_end = min(n_parts, (warp + 1) * per_warp);
     for (int u = warp * per_warp; u < u_end; u++) {
         kpart lo, hi, ulo, uhi;
-        F::unpack(w, base_lo + u / F::parts, u % F::parts, lo);
-        F::unpack(w, base_hi + u / F::parts, u % F::parts, hi);
+        unpack_part<F>(w, base_lo + u / F::parts, u % F::parts, lo);
+        unpack_part<F>(w, base_hi + u / F::parts, u % F::parts, hi);
         mma_a wa = a_words(lo, hi, c), ua = {0, 0, 0, 0};
         if (SWIGLU) {
-            F::unpack(up, base_lo + u / F::parts, u % F::parts, ulo);
-            F::unpack(up, base_hi + u / F::parts, u % F::parts, uhi);
+            unpack_part<F>(up, base_lo + u / F::parts, u % F::parts, ulo);
+            unpack_part<F>(up, base_hi + u / F::parts, u % F::parts, uhi);
             ua = a_words(ulo, uhi, c);
         }
 #pragma unroll

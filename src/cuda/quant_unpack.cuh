@@ -13,7 +13,7 @@
  *     weight e (0..31) = d[e / 16] * q[e] + m[e / 16],    q[e] a signed 8-bit integer,
  *
  * so the dot product (int8 dp4a) and dequantization are written once over any format: a new format needs its field
- * list and its unpack(). Two (d, m) pairs because Q2_K, Q3_K and Q6_K scale sub-blocks of 16. */
+ * list, its load() and its decode(). Two (d, m) pairs because Q2_K, Q3_K and Q6_K scale sub-blocks of 16. */
 #ifndef KILN_CUDA_QUANT_UNPACK_CUH
 #define KILN_CUDA_QUANT_UNPACK_CUH
 
@@ -55,8 +55,6 @@ __device__ __forceinline__ void ld32b(const uint8_t *p, int w[8]) {
     ld16(p + 16, w + 4);
 }
 
-__device__ __forceinline__ float2 ldh2(const uint8_t *p) { return __half22float2(*(const __half2 *)p); }
-__device__ __forceinline__ float ldh(const uint8_t *p) { return __half2float(*(const __half *)p); }
 
 /* Byte idx (0..7, run-time) of two words. */
 __device__ __forceinline__ int byte_of(int w0, int w1, int idx) {
@@ -74,9 +72,7 @@ __device__ __forceinline__ int spread_bit4(uint32_t bits) {
 }
 
 /* Low nibbles of 16 bytes are elements 0..15, high nibbles 16..31: the Q4_0/Q4_1/Q5 packing. */
-__device__ __forceinline__ void nibbles32(const uint8_t *qs, kpart &p) {
-    int w[4];
-    ld16(qs, w);
+__device__ __forceinline__ void nibbles32(const int w[4], kpart &p) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         p.q[i] = w[i] & 0x0F0F0F0F;
@@ -97,75 +93,114 @@ __device__ __forceinline__ void center(kpart &p, int bias4) {
     for (int i = 0; i < 8; i++) p.q[i] = __vsub4(p.q[i], bias4);
 }
 
-/* Q4_K/Q5_K: 6-bit scale and min of sub-block j (run-time) from the 12 packed bytes, read as three words. */
-__device__ __forceinline__ void scale_min_k4(const uint8_t *s, int j, int &sc, int &mn) {
-    const int *w = (const int *)s;
+/* Q4_K/Q5_K: 6-bit scale and min of sub-block j (run-time) from the 12 packed bytes, held as three words. Both
+ * forms are computed and one selected: a branch here would split a GEMV's batch of loads (see kraw). */
+__device__ __forceinline__ void scale_min_k4(const int w[3], int j, int &sc, int &mn) {
     int sh = 8 * (j & 3);
     int b0 = (w[0] >> sh) & 0xFF, b1 = (w[1] >> sh) & 0xFF, b2 = (w[2] >> sh) & 0xFF;
-    if (j < 4) {
-        sc = b0 & 63;
-        mn = b1 & 63;
-    } else {
-        sc = (b2 & 0xF) | ((b0 >> 6) << 4);
-        mn = (b2 >> 4) | ((b1 >> 6) << 4);
-    }
+    int sc_hi = (b2 & 0xF) | ((b0 >> 6) << 4), mn_hi = (b2 >> 4) | ((b1 >> 6) << 4);
+    sc = j < 4 ? b0 & 63 : sc_hi;
+    mn = j < 4 ? b1 & 63 : mn_hi;
 }
 
-/* Each format: file block size, parts per block, whether it has offsets, its fields in device order (file offset,
- * size), and unpack() reading part `part` of block g. */
+/* The bytes of one part as loaded, before any arithmetic: load() fills what its format has, decode() turns them
+ * into a kpart. Kept apart so that a GEMV can issue the loads of several parts before it waits for the first: the
+ * compiler leaves loads where the code puts them, next to their use. Unused fields cost nothing once inlined. */
+struct kraw {
+    int qs[8];     /* the part's low bits (4 or 8 words) */
+    int hi[8];     /* its high bits, where the format keeps them apart */
+    int sc[3];     /* packed scales (and mins), or the Q5 fifth bits */
+    uint32_t dm;   /* the block's half scale (and half min) */
+};
+
+__device__ __forceinline__ uint32_t ldu16(const uint8_t *p) { return *(const uint16_t *)p; }
+__device__ __forceinline__ uint32_t ldu32(const uint8_t *p) { return *(const uint32_t *)p; }
+__device__ __forceinline__ float half_lo(uint32_t v) { return __half2float(__ushort_as_half((unsigned short)v)); }
+__device__ __forceinline__ float half_hi(uint32_t v) {
+    return __half2float(__ushort_as_half((unsigned short)(v >> 16)));
+}
+
+/* Each format: file block size, parts per block, whether it has offsets, the words of kraw its load() fills, its
+ * fields in device order (file offset, size), load() of part `part` of block g and decode() of what it loaded. */
 struct q4_0_t {
     static constexpr int block_bytes = 18, parts = 1, n_fields = 2;
     static constexpr bool has_min = false;
+    static constexpr int raw_words = 5; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{2, 16}, {0, 2}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        nibbles32(field<0, 16>(t, g), p);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld16(field<0, 16>(t, g), r.qs);
+        r.dm = ldu16(field<16, 2>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
+        nibbles32(r.qs, p);
         center(p, 0x08080808);
-        set_scale(p, ldh(field<16, 2>(t, g)), 0.0f);
+        set_scale(p, half_lo(r.dm), 0.0f);
     }
 };
 
 struct q4_1_t {
     static constexpr int block_bytes = 20, parts = 1, n_fields = 2;
     static constexpr bool has_min = true;
+    static constexpr int raw_words = 5; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{4, 16}, {0, 4}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        nibbles32(field<0, 16>(t, g), p);
-        float2 dm = ldh2(field<16, 4>(t, g));
-        set_scale(p, dm.x, dm.y);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld16(field<0, 16>(t, g), r.qs);
+        r.dm = ldu32(field<16, 4>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
+        nibbles32(r.qs, p);
+        set_scale(p, half_lo(r.dm), half_hi(r.dm));
     }
 };
 
 struct q5_0_t {
     static constexpr int block_bytes = 22, parts = 1, n_fields = 3;
     static constexpr bool has_min = false;
+    static constexpr int raw_words = 6; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{6, 16}, {2, 4}, {0, 2}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        nibbles32(field<0, 16>(t, g), p);
-        add_fifth_bit(*(const uint32_t *)field<16, 4>(t, g), p);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld16(field<0, 16>(t, g), r.qs);
+        r.sc[0] = (int)ldu32(field<16, 4>(t, g));
+        r.dm = ldu16(field<20, 2>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
+        nibbles32(r.qs, p);
+        add_fifth_bit((uint32_t)r.sc[0], p);
         center(p, 0x10101010);
-        set_scale(p, ldh(field<20, 2>(t, g)), 0.0f);
+        set_scale(p, half_lo(r.dm), 0.0f);
     }
 };
 
 struct q5_1_t {
     static constexpr int block_bytes = 24, parts = 1, n_fields = 3;
     static constexpr bool has_min = true;
+    static constexpr int raw_words = 6; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{8, 16}, {4, 4}, {0, 4}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        nibbles32(field<0, 16>(t, g), p);
-        add_fifth_bit(*(const uint32_t *)field<16, 4>(t, g), p);
-        float2 dm = ldh2(field<20, 4>(t, g));
-        set_scale(p, dm.x, dm.y);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld16(field<0, 16>(t, g), r.qs);
+        r.sc[0] = (int)ldu32(field<16, 4>(t, g));
+        r.dm = ldu32(field<20, 4>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
+        nibbles32(r.qs, p);
+        add_fifth_bit((uint32_t)r.sc[0], p);
+        set_scale(p, half_lo(r.dm), half_hi(r.dm));
     }
 };
 
 struct q8_0_t {
     static constexpr int block_bytes = 34, parts = 1, n_fields = 2;
     static constexpr bool has_min = false;
+    static constexpr int raw_words = 9; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{2, 32}, {0, 2}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        ld32b(field<0, 32>(t, g), p.q);
-        set_scale(p, ldh(field<32, 2>(t, g)), 0.0f);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld32b(field<0, 32>(t, g), r.qs);
+        r.dm = ldu16(field<32, 2>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) p.q[i] = r.qs[i];
+        set_scale(p, half_lo(r.dm), 0.0f);
     }
 };
 
@@ -174,17 +209,20 @@ struct q8_0_t {
 struct q2_K_t {
     static constexpr int block_bytes = 84, parts = 8, n_fields = 3;
     static constexpr bool has_min = true;
+    static constexpr int raw_words = 10; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{16, 64}, {0, 16}, {80, 4}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        int w[8];
-        ld32b(field<0, 64>(t, g) + 32 * (part >> 2), w);
-        int shift = 2 * (part & 3);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld32b(field<0, 64>(t, g) + 32 * (part >> 2), r.qs);
+        r.sc[0] = (int)ldu16(field<64, 16>(t, g) + 2 * part);
+        r.dm = ldu32(field<80, 4>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
+        int shift = 2 * (part & 3), sc = r.sc[0];
 #pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = (w[i] >> shift) & 0x03030303;
-        int sc = *(const uint16_t *)(field<64, 16>(t, g) + 2 * part);
-        float2 dm = ldh2(field<80, 4>(t, g));
-        p.d[0] = dm.x * (float)(sc & 0xF), p.m[0] = -dm.y * (float)((sc >> 4) & 0xF);
-        p.d[1] = dm.x * (float)((sc >> 8) & 0xF), p.m[1] = -dm.y * (float)(sc >> 12);
+        for (int i = 0; i < 8; i++) p.q[i] = (r.qs[i] >> shift) & 0x03030303;
+        float d = half_lo(r.dm), dmin = half_hi(r.dm);
+        p.d[0] = d * (float)(sc & 0xF), p.m[0] = -dmin * (float)((sc >> 4) & 0xF);
+        p.d[1] = d * (float)((sc >> 8) & 0xF), p.m[1] = -dmin * (float)(sc >> 12);
     }
 };
 
@@ -193,46 +231,58 @@ struct q2_K_t {
 struct q3_K_t {
     static constexpr int block_bytes = 110, parts = 8, n_fields = 4;
     static constexpr bool has_min = false;
+    static constexpr int raw_words = 20; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{32, 64}, {0, 32}, {96, 12}, {108, 2}};
     __device__ static int scale(const int *s, int i) {
         int lo = i < 8 ? byte_of(s[0], s[1], i) & 0xF : byte_of(s[0], s[1], i - 8) >> 4;
         int hi = (((s[2] >> (8 * (i & 3))) & 0xFF) >> (2 * (i >> 2))) & 3;
         return (lo | (hi << 4)) - 32;
     }
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        int lo[8], hm[8];
-        ld32b(field<0, 64>(t, g) + 32 * (part >> 2), lo);
-        ld32b(field<64, 32>(t, g), hm);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld32b(field<0, 64>(t, g) + 32 * (part >> 2), r.qs);
+        ld32b(field<64, 32>(t, g), r.hi);
+        const int *s = (const int *)field<96, 12>(t, g);
+        r.sc[0] = s[0], r.sc[1] = s[1], r.sc[2] = s[2];
+        r.dm = ldu16(field<108, 2>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
         int shift = 2 * (part & 3);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int bits = ((lo[i] >> shift) & 0x03030303) | (((hm[i] >> part) & 0x01010101) << 2);
+            int bits = ((r.qs[i] >> shift) & 0x03030303) | (((r.hi[i] >> part) & 0x01010101) << 2);
             p.q[i] = __vsub4(bits, 0x04040404);
         }
-        const int *s = (const int *)field<96, 12>(t, g);
-        int sw[3] = {s[0], s[1], s[2]};
-        float d = ldh(field<108, 2>(t, g));
-        p.d[0] = d * (float)scale(sw, 2 * part);
-        p.d[1] = d * (float)scale(sw, 2 * part + 1);
+        float d = half_lo(r.dm);
+        p.d[0] = d * (float)scale(r.sc, 2 * part);
+        p.d[1] = d * (float)scale(r.sc, 2 * part + 1);
         p.m[0] = p.m[1] = 0.0f;
     }
 };
+
+/* The three words of a K-quant block's 12 packed scale bytes. */
+__device__ __forceinline__ void ld_scales12(const uint8_t *p, int sc[3]) {
+    const int *w = (const int *)p;
+    sc[0] = w[0], sc[1] = w[1], sc[2] = w[2];
+}
 
 /* Q4_K: qs[128] (part p: nibble p & 1 of qs[32 (p / 2) ..]), 6-bit scales and mins in 12 bytes, d and dmin. */
 struct q4_K_t {
     static constexpr int block_bytes = 144, parts = 8, n_fields = 3;
     static constexpr bool has_min = true;
+    static constexpr int raw_words = 12; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{16, 128}, {4, 12}, {0, 4}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        int w[8];
-        ld32b(field<0, 128>(t, g) + 32 * (part >> 1), w);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld32b(field<0, 128>(t, g) + 32 * (part >> 1), r.qs);
+        ld_scales12(field<128, 12>(t, g), r.sc);
+        r.dm = ldu32(field<140, 4>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
         int shift = 4 * (part & 1);
 #pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = (w[i] >> shift) & 0x0F0F0F0F;
+        for (int i = 0; i < 8; i++) p.q[i] = (r.qs[i] >> shift) & 0x0F0F0F0F;
         int sc, mn;
-        scale_min_k4(field<128, 12>(t, g), part, sc, mn);
-        float2 dm = ldh2(field<140, 4>(t, g));
-        set_scale(p, dm.x * (float)sc, -dm.y * (float)mn);
+        scale_min_k4(r.sc, part, sc, mn);
+        set_scale(p, half_lo(r.dm) * (float)sc, -half_hi(r.dm) * (float)mn);
     }
 };
 
@@ -240,18 +290,22 @@ struct q4_K_t {
 struct q5_K_t {
     static constexpr int block_bytes = 176, parts = 8, n_fields = 4;
     static constexpr bool has_min = true;
+    static constexpr int raw_words = 20; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{48, 128}, {16, 32}, {4, 12}, {0, 4}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
-        int w[8], h[8];
-        ld32b(field<0, 128>(t, g) + 32 * (part >> 1), w);
-        ld32b(field<128, 32>(t, g), h);
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
+        ld32b(field<0, 128>(t, g) + 32 * (part >> 1), r.qs);
+        ld32b(field<128, 32>(t, g), r.hi);
+        ld_scales12(field<160, 12>(t, g), r.sc);
+        r.dm = ldu32(field<172, 4>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
         int shift = 4 * (part & 1);
 #pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = ((w[i] >> shift) & 0x0F0F0F0F) | (((h[i] >> part) & 0x01010101) << 4);
+        for (int i = 0; i < 8; i++)
+            p.q[i] = ((r.qs[i] >> shift) & 0x0F0F0F0F) | (((r.hi[i] >> part) & 0x01010101) << 4);
         int sc, mn;
-        scale_min_k4(field<160, 12>(t, g), part, sc, mn);
-        float2 dm = ldh2(field<172, 4>(t, g));
-        set_scale(p, dm.x * (float)sc, -dm.y * (float)mn);
+        scale_min_k4(r.sc, part, sc, mn);
+        set_scale(p, half_lo(r.dm) * (float)sc, -half_hi(r.dm) * (float)mn);
     }
 };
 
@@ -260,23 +314,35 @@ struct q5_K_t {
 struct q6_K_t {
     static constexpr int block_bytes = 210, parts = 8, n_fields = 4;
     static constexpr bool has_min = false;
+    static constexpr int raw_words = 18; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
-    __device__ static void unpack(const qtensor &t, int64_t g, int part, kpart &p) {
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
         int n = part >> 2, j = part & 3;
-        int lo[8], hi[8];
-        ld32b(field<0, 128>(t, g) + 64 * n + 32 * (j & 1), lo);
-        ld32b(field<128, 64>(t, g) + 32 * n, hi);
-        int lshift = 4 * (j >> 1), hshift = 2 * j;
+        ld32b(field<0, 128>(t, g) + 64 * n + 32 * (j & 1), r.qs);
+        ld32b(field<128, 64>(t, g) + 32 * n, r.hi);
+        r.sc[0] = (int)ldu16(field<192, 16>(t, g) + 8 * n + 2 * j);
+        r.dm = ldu16(field<208, 2>(t, g));
+    }
+    __device__ static void decode(const kraw &r, int part, kpart &p) {
+        int lshift = 4 * ((part & 3) >> 1), hshift = 2 * (part & 3);
 #pragma unroll
         for (int i = 0; i < 8; i++)
-            p.q[i] = __vsub4(((lo[i] >> lshift) & 0x0F0F0F0F) | (((hi[i] >> hshift) & 0x03030303) << 4), 0x20202020);
-        int sc = *(const uint16_t *)(field<192, 16>(t, g) + 8 * n + 2 * j);
-        float d = ldh(field<208, 2>(t, g));
-        p.d[0] = d * (float)(int8_t)(sc & 0xFF);
-        p.d[1] = d * (float)(int8_t)(sc >> 8);
+            p.q[i] = __vsub4(((r.qs[i] >> lshift) & 0x0F0F0F0F) | (((r.hi[i] >> hshift) & 0x03030303) << 4),
+                             0x20202020);
+        float d = half_lo(r.dm);
+        p.d[0] = d * (float)(int8_t)(r.sc[0] & 0xFF);
+        p.d[1] = d * (float)(int8_t)(r.sc[0] >> 8);
         p.m[0] = p.m[1] = 0.0f;
     }
 };
+
+/* Part `part` of block g of t, decoded. */
+template <class F>
+__device__ __forceinline__ void unpack_part(const qtensor &t, int64_t g, int part, kpart &p) {
+    kraw r;
+    F::load(t, g, part, r);
+    F::decode(r, part, p);
+}
 
 /* Eight consecutive weights of a float row as F32: one 16-byte load for F16/BF16, two for F32. */
 template <kiln_type T>
@@ -351,12 +417,11 @@ __device__ __forceinline__ void prefetch_blocks(const qtensor &t, int64_t g0, in
     if constexpr (FIELD + 1 < F::n_fields) prefetch_blocks<F, FIELD + 1>(t, g0, g1, soa_off + size);
 }
 
-/* Dot product of part `part` of block g with Q8_1 block u of x: int8 dp4a per half, scales applied once per half.
- * The activations are loaded after the weights, so the weight loads (from DRAM) are issued first. */
+/* Dot product of a loaded part with Q8_1 block u of x: int8 dp4a per half, scales applied once per half. */
 template <class F>
-__device__ __forceinline__ float dot_part(const qtensor &t, int64_t g, int part, const q8_1_view &x, int u) {
+__device__ __forceinline__ float dot_loaded(const kraw &r, int part, const q8_1_view &x, int u) {
     kpart p;
-    F::unpack(t, g, part, p);
+    F::decode(r, part, p);
     int xq[8];
     ld32b((const uint8_t *)(x.qs + 32 * (int64_t)u), xq);
     int s0 = 0, s1 = 0;
@@ -365,7 +430,7 @@ __device__ __forceinline__ float dot_part(const qtensor &t, int64_t g, int part,
         s0 = __dp4a(p.q[i], xq[i], s0);
         s1 = __dp4a(p.q[4 + i], xq[4 + i], s1);
     }
-    float r = p.d[0] * (float)s0 + p.d[1] * (float)s1;
+    float v = p.d[0] * (float)s0 + p.d[1] * (float)s1;
     if (F::has_min) {
         /* the offsets multiply the plain sums of the activations, taken exactly from the int8 values */
         int t0 = 0, t1 = 0;
@@ -374,9 +439,18 @@ __device__ __forceinline__ float dot_part(const qtensor &t, int64_t g, int part,
             t0 = __dp4a(0x01010101, xq[i], t0);
             t1 = __dp4a(0x01010101, xq[4 + i], t1);
         }
-        r += p.m[0] * (float)t0 + p.m[1] * (float)t1;
+        v += p.m[0] * (float)t0 + p.m[1] * (float)t1;
     }
-    return r * __low2float(x.ds[u]);
+    return v * __low2float(x.ds[u]);
+}
+
+/* Dot product of part `part` of block g with Q8_1 block u of x. The activations are loaded after the weights, so
+ * the weight loads (from DRAM) are issued first. */
+template <class F>
+__device__ __forceinline__ float dot_part(const qtensor &t, int64_t g, int part, const q8_1_view &x, int u) {
+    kraw r;
+    F::load(t, g, part, r);
+    return dot_loaded<F>(r, part, x, u);
 }
 
 #endif

@@ -238,6 +238,7 @@ static void test_type(void **state) {
     if (!has_reference(type)) skip();
     check_gemv(type, false, 1024);
     check_gemv(type, true, 1024);
+    check_gemv(type, false, 3328); /* four parts a lane in one batch, the fourth past the row's end for most lanes */
     /* rows of 8192+ inputs take the kernel's two-warps-per-row path */
     if (type == KILN_TYPE_Q4_0 || type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K) check_gemv(type, true, 8448);
     if (type == KILN_TYPE_Q8_0 || type == KILN_TYPE_Q5_K) check_gemv(type, false, 8448);
