@@ -8,6 +8,12 @@
 #include "cuda/quant_unpack.cuh"
 
 #define GEMV_ROWS_PER_BLOCK 4
+/* Blocks an SM must hold (__launch_bounds__), so at most 80 registers a thread. The budget matters for more than
+ * occupancy: without one, the compiler kept registers few (Q4_K 46) by decoding each part as soon as its words
+ * arrived, before issuing the next part's loads, so a batch's loads waited on each other again. At 80 all of a
+ * batch's loads go out first. Measured on H100 (tg128, alternating): qwen2-1.5b 849 against 807-811 tok/s (+4.9%),
+ * llama3-8b even (370.4 against 370.5); a budget of 128 for all but the norm's form (8 blocks, 64) gave 821 and 366. */
+#define GEMV_MIN_BLOCKS 6
 #define GEMV_PREFETCH_MB 4.0
 
 __global__ void quantize_q8_1_kernel(const float *x, int8_t *q, int64_t n_blocks) {
@@ -115,7 +121,7 @@ __device__ void norm_by_last_block(const kiln_cuda_norm_args &a, const float *x,
  * part's). Parts past the row's end read its last part again, always in bounds, and count for nothing. The matrix
  * is picked with constant indices: a run-time index into the parameter arrays would copy them to local memory. */
 template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH>
-__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, NORM || BATCH == 4 ? 8 : 0)
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
     gemv_q_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
     qtensor w = job.w[0];
     float *y = job.y[0];
@@ -283,11 +289,12 @@ static void launch_gemv(int blocks, int rows_per_block, int row_bytes, cudaStrea
 static int warps_per_row(const kiln_cuda_matrix *m) { return m->k / 32 >= 256 && m->n < 4096 ? 2 : 1; }
 
 /* Parts a lane dots in one go (gemv_q_kernel's BATCH), 2 or 4. Four where a lane has 3 or 4 parts of a row, so the
- * whole row is one batch, and only in the plain one-warp-a-row form of formats whose four loaded parts fit 64
- * registers (the form is capped there so that 8 blocks of 4 warps fit an SM: 4096-row launches stay one wave). The
- * gate/up form loads two matrices, so 2 already keeps 4 parts in flight; the norm's and two-warp forms spilled.
+ * whole row is one batch, and only in the plain one-warp-a-row form of formats whose four loaded parts take at most
+ * 12 words (in the other formats, and the other forms under a 64-register cap, 4 spilled). The gate/up form loads
+ * two matrices, so 2 already keeps 4 parts in flight.
  * Measured on H100 (tg128, alternating): 2 everywhere against the loop before it, qwen2-1.5b +5.6%, llama3-8b
- * even; then 4 on one-batch rows (llama3-8b's Q and K) +1.2% on llama3-8b; 4 on longer rows too, nothing more.
+ * even; then 4 on one-batch rows (llama3-8b's Q and K) +1.2% on llama3-8b; 4 on longer rows too, nothing more
+ * (both under the register caps before GEMV_MIN_BLOCKS).
  * KILN_CUDA_GEMV_BATCH=2 keeps 2 everywhere and =4 takes 4 wherever a lane has more than 2 parts, for comparisons;
  * it is read when a launch is made, so a context's captured graph keeps what was set when it was captured. */
 static constexpr int GEMV_BATCH4_WORDS = 12;
@@ -326,8 +333,7 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
         if (!SWIGLU || i == 0) blocks += div_up(ms[i]->n, rows_per_block);
     }
     int n_parts = m0->k / 32;
-    /* the norm's form only where it is asked for: it takes more registers (Q4_K 55 instead of 40; capped at 64 so
-     * that 8 blocks fit an SM and llama3-8b's 1024-block launches stay one wave) */
+    /* the norm's form only where it is asked for: it takes more registers */
     constexpr bool CAN_NORM = !SWIGLU;
     gemv_extras ex = {};
     if (norm) ex.norm = *norm;
