@@ -239,6 +239,10 @@ static void test_type(void **state) {
     check_gemv(type, false, 1024);
     check_gemv(type, true, 1024);
     check_gemv(type, false, 3328); /* four parts a lane in one batch, the fourth past the row's end for most lanes */
+    /* batches of four on a row of two batches, the second part-empty: the form KILN_CUDA_GEMV_BATCH=4 forces */
+    setenv("KILN_CUDA_GEMV_BATCH", "4", 1);
+    check_gemv(type, false, 6144);
+    unsetenv("KILN_CUDA_GEMV_BATCH");
     /* rows of 8192+ inputs take the kernel's two-warps-per-row path */
     if (type == KILN_TYPE_Q4_0 || type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K) check_gemv(type, true, 8448);
     if (type == KILN_TYPE_Q8_0 || type == KILN_TYPE_Q5_K) check_gemv(type, false, 8448);
