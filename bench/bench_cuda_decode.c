@@ -32,6 +32,19 @@ static double median(double *t) {
     return t[RUNS / 2];
 }
 
+enum { PROFILED_STEPS = 16 };
+
+/* Profiles PROFILED_STEPS greedy decode steps of ctx and prints the mean per op; 0, or -1 with err said. */
+static int print_step_profile(kiln_cuda_context *ctx, int32_t *tokens, double bw, kiln_error *err) {
+    if (kiln_cuda_context_set_profile(ctx, true, err) ||
+        kiln_cuda_generate_greedy(ctx, tokens[0], 0, PROFILED_STEPS, tokens, err)) {
+        fprintf(stderr, "%s\n", err->msg);
+        return -1;
+    }
+    kiln_cuda_profile_print(ctx, PROFILED_STEPS, bw, stdout);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL.gguf [n_prompt] [n_gen]\n", argv[0]);
@@ -128,14 +141,8 @@ int main(int argc, char **argv) {
         printf("tg%d default %.1f tok/s, %s=%s %.1f tok/s (alternating runs)\n", n_gen, median(tg_default),
                variants[v].name, variants[v].value, median(tg_other));
     }
-    enum { PROFILED_STEPS = 16 };
     printf("profile of a decode step (eager, mean of %d):\n", PROFILED_STEPS);
-    if (kiln_cuda_context_set_profile(ctx, true, &err) ||
-        kiln_cuda_generate_greedy(ctx, tokens[0], 0, PROFILED_STEPS, tokens, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
-    kiln_cuda_profile_print(ctx, PROFILED_STEPS, bw, stdout);
+    if (print_step_profile(ctx, tokens, bw, &err)) return 1;
     printf("profile of a %d-token prompt:\n", n_prompt);
     for (int i = 0; i < n_prompt; i++) tokens[i] = rand() % cfg.n_vocab;
     if (kiln_cuda_context_set_profile(ctx, true, &err) || kiln_cuda_eval(ctx, tokens, n_prompt, 0, logits, &err)) {
@@ -152,12 +159,7 @@ int main(int argc, char **argv) {
     unsetenv("KILN_CUDA_PERSISTENT");
     if (kiln_cuda_context_uses_persistent(pers)) {
         printf("profile of a persistent decode step (stages timed in the kernel, mean of %d):\n", PROFILED_STEPS);
-        if (kiln_cuda_context_set_profile(pers, true, &err) ||
-            kiln_cuda_generate_greedy(pers, tokens[0], 0, PROFILED_STEPS, tokens, &err)) {
-            fprintf(stderr, "%s\n", err.msg);
-            return 1;
-        }
-        kiln_cuda_profile_print(pers, PROFILED_STEPS, bw, stdout);
+        if (print_step_profile(pers, tokens, bw, &err)) return 1;
     }
     kiln_cuda_context_free(pers);
     free(tokens), free(logits);

@@ -299,13 +299,14 @@ static int warps_per_row(const kiln_cuda_matrix *m) { return m->k / 32 >= 256 &&
  * it is read when a launch is made, so a context's captured graph keeps what was set when it was captured. */
 static constexpr int GEMV_BATCH4_WORDS = 12;
 
-static int parts_per_batch(int n_parts, int split, bool plain, int raw_words) {
+static int parts_per_batch(int n_parts, int split) {
     const char *e = getenv("KILN_CUDA_GEMV_BATCH");
     int forced = e ? atoi(e) : 0, per_lane = div_up(n_parts, 32 * split);
-    if (!plain || split > 1 || raw_words > GEMV_BATCH4_WORDS || forced == 2 || per_lane <= 2) return 2;
+    if (forced == 2 || per_lane <= 2) return 2;
     return forced == 4 || per_lane <= 4 ? 4 : 2;
 }
 
+/* batch 4 where the form and format allow it (above), else 2 */
 template <class F, bool SWIGLU, int SPLIT, bool NORM>
 static void launch_batched(int batch, int blocks, int rows_per_block, int row_bytes, cudaStream_t stream,
                            const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
@@ -344,7 +345,7 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
     case id: {                                                                                                         \
         for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                              \
         int bytes = F::block_bytes * (SWIGLU ? 2 : 1);                                                                \
-        int batch = parts_per_batch(n_parts, split, !SWIGLU && !norm, F::raw_words);                                   \
+        int batch = parts_per_batch(n_parts, split);                                                                   \
         if (split == 2) norm ? GO(F, 2, CAN_NORM) : GO(F, 2, false);                                                   \
         else norm ? GO(F, 1, CAN_NORM) : GO(F, 1, false);                                                              \
         return 0;                                                                                                      \
