@@ -22,18 +22,33 @@ struct attn_decode {
     unsigned *counters; /* one per head */
 };
 
-/* Dim d of x + b rotated for position pos, as rope_store_kernel computes it (same pairs, same expressions). */
-__device__ __forceinline__ float roped(const kiln_cuda_rope_args &r, const float *x, const float *b, int d, int pos) {
-    float xd = __ldcg(x + d) + (b ? b[d] : 0.0f);
-    if (d >= r.rope_dim) return xd;
+/* Dim d of x + b and the other dim of its rotation pair (none past rope_dim): the loads of rope, apart from its
+ * arithmetic so that a thread issues all of them before the first use. */
+struct rope_in {
+    float xd, xp;
+};
+
+__device__ __forceinline__ bool rope_first(const kiln_cuda_rope_args &r, int d) {
+    return r.neox ? d < r.rope_dim / 2 : (d & 1) == 0;
+}
+
+__device__ __forceinline__ rope_in rope_load(const kiln_cuda_rope_args &r, const float *x, const float *b, int d) {
     int half = r.rope_dim / 2;
-    bool first = r.neox ? d < half : (d & 1) == 0;
-    int i = r.neox ? (first ? d : d - half) : d / 2;
-    int pd = r.neox ? (first ? d + half : d - half) : d ^ 1; /* the other dim of the pair */
-    float xp = __ldcg(x + pd) + (b ? b[pd] : 0.0f);
+    int pd = r.neox ? (rope_first(r, d) ? d + half : d - half) : d ^ 1;
+    rope_in v;
+    v.xd = __ldcg(x + d) + (b ? b[d] : 0.0f);
+    v.xp = d < r.rope_dim ? __ldcg(x + pd) + (b ? b[pd] : 0.0f) : 0.0f;
+    return v;
+}
+
+/* Dim d rotated for position pos, as rope_store_kernel computes it (same pairs, same expressions). */
+__device__ __forceinline__ float rope_rotate(const kiln_cuda_rope_args &r, rope_in v, int d, int pos) {
+    if (d >= r.rope_dim) return v.xd;
+    bool first = rope_first(r, d);
+    int i = r.neox ? (first ? d : d - r.rope_dim / 2) : d / 2;
     float s, c;
     sincosf((float)pos * r.freq[i], &s, &c);
-    return first ? xd * c - xp * s : xp * s + xd * c;
+    return first ? v.xd * c - v.xp * s : v.xp * s + v.xd * c;
 }
 
 /* Dim d of the merged attention output of one (token, head) from its first n_slices slices at p (max, sum,
@@ -137,24 +152,32 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
     const __half *vb = v_cache + (int64_t)kvh * a.n_ctx * HD;
 
     float qr[D], acc[D], kc[D], vc[D]; /* kc, vc: the current position's k and v (DECODE), as F16 values */
+    /* the blocks whose slice holds the current position use its k and v from registers; the first head of each KV
+     * group stores them, which no other block reads in this launch */
+    bool has_cur = DECODE && begin <= cur && cur < end;
+    rope_in qin[D], kin[D];
+    float vin[D];
+    /* every load of q (and of the current k and v) before any arithmetic or store: one round trip, not one per dim */
 #pragma unroll
     for (int d = 0; d < D; d++) {
         int dd = lane * D + d;
         if (!DECODE) qr[d] = __ldcg(qh + dd);
-        else /* rotated here by each block of the head; an empty slice (short context) needs none */
-            qr[d] = begin < end ? roped(x.r, qh, x.bq ? x.bq + head * HD : nullptr, dd, cur) * x.r.q_scale : 0.0f;
+        else if (begin < end) qin[d] = rope_load(x.r, qh, x.bq ? x.bq + head * HD : nullptr, dd);
+        if (has_cur) {
+            kin[d] = rope_load(x.r, x.k + kvh * HD, x.bk ? x.bk + kvh * HD : nullptr, dd);
+            vin[d] = __ldcg(x.v + kvh * HD + dd) + (x.bv ? x.bv[kvh * HD + dd] : 0.0f);
+        }
         acc[d] = kc[d] = vc[d] = 0.0f;
     }
-    /* the blocks whose slice holds the current position use its k and v from registers; the first head of each KV
-     * group stores them, which no other block reads in this launch */
-    bool has_cur = DECODE && begin <= cur && cur < end;
+    if (DECODE)
+#pragma unroll
+        for (int d = 0; d < D; d++) /* rotated here by each block of the head; an empty slice needs none */
+            qr[d] = begin < end ? rope_rotate(x.r, qin[d], lane * D + d, cur) * x.r.q_scale : 0.0f;
     if (has_cur) {
-        const float *kh = x.k + kvh * HD, *vh = x.v + kvh * HD;
 #pragma unroll
         for (int d = 0; d < D; d++) {
             int dd = lane * D + d;
-            __half kq = __float2half(roped(x.r, kh, x.bk ? x.bk + kvh * HD : nullptr, dd, cur));
-            __half vq = __float2half(__ldcg(vh + dd) + (x.bv ? x.bv[kvh * HD + dd] : 0.0f));
+            __half kq = __float2half(rope_rotate(x.r, kin[d], dd, cur)), vq = __float2half(vin[d]);
             kc[d] = __half2float(kq), vc[d] = __half2float(vq);
             if (head % group == 0 && warp == 0) {
                 x.k_cache[((int64_t)kvh * a.n_ctx + cur) * HD + dd] = kq;

@@ -58,6 +58,9 @@ static int check_all(const kiln_weights *w, kiln_error *err) {
     static const kiln_layer_role matrices[] = {KILN_ROLE_WQ, KILN_ROLE_WK, KILN_ROLE_WV, KILN_ROLE_WO,
                                                KILN_ROLE_FFN_GATE, KILN_ROLE_FFN_UP, KILN_ROLE_FFN_DOWN};
     if (check_matrix(&w->token_embd, err) || check_matrix(&w->output, err)) return -1;
+    if (w->token_embd.ne[0] > KILN_CUDA_NORM_MAX)
+        return kiln_fail(err, "n_embd %lld is wider than the CUDA backend's RMSNorm takes (%d)",
+                         (long long)w->token_embd.ne[0], KILN_CUDA_NORM_MAX);
     for (int l = 0; l < w->n_layer; l++)
         for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
             if (check_matrix(&w->layers[l].w[matrices[i]], err)) return -1;

@@ -250,9 +250,9 @@ static void test_type(void **state) {
     check_dequant(type);
 }
 
-static void test_rmsnorm(void **state) {
-    SKIP_WITHOUT_GPU();
-    const int n = 576, rows = 3;
+/* Rows of n with a residual: each width takes one of the kernel's forms (4 values a thread up to 4096, 8, 16). */
+static void check_rmsnorm(int n) {
+    const int rows = 3;
     size_t bytes = sizeof(float) * n * rows;
     float *x = malloc(bytes), *res = malloc(bytes), *w = malloc(sizeof(float) * n), *out = malloc(bytes),
           *xo = malloc(bytes), *qb = malloc(bytes);
@@ -282,6 +282,12 @@ static void test_rmsnorm(void **state) {
     assert_true(rel_err(qb, ref, (size_t)n * rows) < 1e-2);
     free(x), free(res), free(w), free(out), free(xo), free(qb), free(ref), free(ref_x), free(q);
     gpu_free_all();
+}
+
+static void test_rmsnorm(void **state) {
+    SKIP_WITHOUT_GPU();
+    static const int widths[] = {576, 1536, 4096, 5120, KILN_CUDA_NORM_MAX};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) check_rmsnorm(widths[i]);
 }
 
 /* Rope with biases on q and k (and a bias on v), NeoX and normal pairing, a partial rope_dim, several tokens. */
