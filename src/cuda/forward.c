@@ -148,7 +148,8 @@ static cudaError_t setup_persistent(kiln_cuda_context *c) {
     free(layers);
     kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, KILN_CUDA_DECODE_SPLITS,
                               KILN_CUDA_DECODE_MIN_CHUNK};
-    c->persistent = (kiln_cuda_decode_args){c->d_layers, cfg->n_layer, cfg->n_embd, cfg->n_ff, cfg->rms_eps, rope_args(c), aa,
+    c->persistent = (kiln_cuda_decode_args){c->d_layers, cfg->n_layer, cfg->n_embd, cfg->n_ff, cfg->rms_eps,
+                                            rope_args(c), aa,
                                             c->x, c->q, c->k, c->v, c->attn, c->ff, c->part, c->act_q, c->act_q,
                                             c->counters, c->d_pos, env_int("KILN_CUDA_PERSISTENT_BLOCKS", 0),
                                             env_int("KILN_CUDA_PERSISTENT_PREFETCH", 1), NULL};
@@ -216,7 +217,8 @@ int kiln_cuda_context_set_profile(kiln_cuda_context *c, bool on, kiln_error *err
     if (!on) return 0;
     if (!(c->prof = calloc(1, sizeof *c->prof))) return kiln_fail(err, "out of memory");
     if (c->d_layers) {
-        cudaError_t e = cudaMalloc((void **)&c->d_stamps, sizeof(unsigned long long) * (1 + KILN_CUDA_DECODE_STAGES * c->cm->cfg.n_layer));
+        size_t n = 1 + (size_t)KILN_CUDA_DECODE_STAGES * c->cm->cfg.n_layer;
+        cudaError_t e = cudaMalloc((void **)&c->d_stamps, sizeof(unsigned long long) * n);
         if (e != cudaSuccess) {
             free_profile(c);
             return cuda_error(err, "allocating profile stamps", e);

@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(1024)
             int q = amax > 0.0f ? __float2int_rn(o / d) : 0;
             int sum = warp_sum_int(q);
             out_q[blk * 32 + (threadIdx.x & 31)] = (int8_t)q;
-            if ((threadIdx.x & 31) == 0) ((__half2 *)(out_q + n_blocks * 32))[blk] = __floats2half2_rn(d, d * (float)sum);
+            if ((threadIdx.x & 31) == 0)
+                ((__half2 *)(out_q + n_blocks * 32))[blk] = __floats2half2_rn(d, d * (float)sum);
         }
     }
 }
@@ -56,7 +57,6 @@ extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *
     /* one block per row: a single decode row needs wide blocks, or one SM does all the work. Four values a thread
      * up to 4096 (whole warps: a warp's 32 values are a Q8_1 block), then 1024 threads with 8 or 16 */
     int threads = n <= 4096 ? ((n + 127) / 128) * 32 : 1024, per = div_up(n, threads);
-    if (per <= 4) launch_pdl(rmsnorm_kernel<4>, n_rows, threads, stream, x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
-    else if (per <= 8) launch_pdl(rmsnorm_kernel<8>, n_rows, threads, stream, x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
-    else launch_pdl(rmsnorm_kernel<16>, n_rows, threads, stream, x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
+    auto kernel = per <= 4 ? rmsnorm_kernel<4> : per <= 8 ? rmsnorm_kernel<8> : rmsnorm_kernel<16>;
+    launch_pdl(kernel, n_rows, threads, stream, x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
 }

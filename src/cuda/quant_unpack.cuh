@@ -55,7 +55,6 @@ __device__ __forceinline__ void ld32b(const uint8_t *p, int w[8]) {
     ld16(p + 16, w + 4);
 }
 
-
 /* Byte idx (0..7, run-time) of two words. */
 __device__ __forceinline__ int byte_of(int w0, int w1, int idx) {
     return (((idx & 4) ? w1 : w0) >> (8 * (idx & 3))) & 0xFF;
@@ -226,6 +225,12 @@ struct q2_K_t {
     }
 };
 
+/* The three words of a K-quant block's 12 packed scale bytes. */
+__device__ __forceinline__ void ld_scales12(const uint8_t *p, int sc[3]) {
+    const int *w = (const int *)p;
+    sc[0] = w[0], sc[1] = w[1], sc[2] = w[2];
+}
+
 /* Q3_K: qs[64] (low two bits, as Q2_K), hmask[32] (bit p of hmask[e] is the third bit), 16 six-bit scales biased by
  * 32 packed in 12 bytes, d. q = bits - 4. */
 struct q3_K_t {
@@ -241,8 +246,7 @@ struct q3_K_t {
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
         ld32b(field<0, 64>(t, g) + 32 * (part >> 2), r.qs);
         ld32b(field<64, 32>(t, g), r.hi);
-        const int *s = (const int *)field<96, 12>(t, g);
-        r.sc[0] = s[0], r.sc[1] = s[1], r.sc[2] = s[2];
+        ld_scales12(field<96, 12>(t, g), r.sc);
         r.dm = ldu16(field<108, 2>(t, g));
     }
     __device__ static void decode(const kraw &r, int part, kpart &p) {
@@ -258,12 +262,6 @@ struct q3_K_t {
         p.m[0] = p.m[1] = 0.0f;
     }
 };
-
-/* The three words of a K-quant block's 12 packed scale bytes. */
-__device__ __forceinline__ void ld_scales12(const uint8_t *p, int sc[3]) {
-    const int *w = (const int *)p;
-    sc[0] = w[0], sc[1] = w[1], sc[2] = w[2];
-}
 
 /* Q4_K: qs[128] (part p: nibble p & 1 of qs[32 (p / 2) ..]), 6-bit scales and mins in 12 bytes, d and dmin. */
 struct q4_K_t {
