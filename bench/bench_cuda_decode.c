@@ -4,7 +4,8 @@
  * against contexts made under other settings (without the decode fusions; the persistent step). Then a per-op
  * profile (eager launches timed with events) of 16 decode steps and of one prompt batch, and the persistent step's
  * profile (its stages timed inside the kernel).
- * usage: bench_cuda_decode MODEL.gguf [n_prompt=512] [n_gen=128] */
+ * usage: bench_cuda_decode MODEL.gguf [n_prompt=512] [n_gen=128] [NAME=VALUE...]
+ * NAME=VALUE arguments replace the default settings compared (each one environment variable). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,7 @@ static int print_step_profile(kiln_cuda_context *ctx, int32_t *tokens, double bw
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL.gguf [n_prompt] [n_gen]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.gguf [n_prompt] [n_gen] [NAME=VALUE...]\n", argv[0]);
         return 2;
     }
     int n_prompt = argc > 2 ? atoi(argv[2]) : 512, n_gen = argc > 3 ? atoi(argv[3]) : 128;
@@ -105,13 +106,32 @@ int main(int argc, char **argv) {
     /* the same greedy decode on contexts made under other settings, each alternating with the default context so
      * that drift of the machine touches both alike; a setting holds until the context's graph has been captured
      * (some are read at launch) */
-    static const struct { const char *name, *value; } variants[] = {
+    struct variant {
+        const char *name, *value;
+    };
+    static const struct variant defaults[] = {
         {"KILN_CUDA_FUSE", "0"},
         {"KILN_CUDA_GEMV_BATCH", "2"},
         {"KILN_CUDA_GEMV_BATCH", "4"},
         {"KILN_CUDA_PERSISTENT", "1"},
     };
-    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+    const struct variant *variants = defaults;
+    size_t n_variants = sizeof defaults / sizeof defaults[0];
+    struct variant given[16];
+    if (argc > 4) {
+        n_variants = 0;
+        for (int i = 4; i < argc && n_variants < 16; i++) {
+            char *eq = strchr(argv[i], '=');
+            if (!eq) {
+                fprintf(stderr, "bench_cuda_decode: '%s' is not NAME=VALUE\n", argv[i]);
+                return 2;
+            }
+            *eq = 0;
+            given[n_variants++] = (struct variant){argv[i], eq + 1};
+        }
+        variants = given;
+    }
+    for (size_t v = 0; v < n_variants; v++) {
         char *old = getenv(variants[v].name) ? strdup(getenv(variants[v].name)) : NULL; /* setenv may free it */
         setenv(variants[v].name, variants[v].value, 1);
         kiln_cuda_context *other = NULL;

@@ -9,13 +9,13 @@
 
 #include "cuda/attention_slice.cuh"
 
-template <int HD, bool DECODE>
-__global__ void __launch_bounds__(32 * ATTN_WARPS)
+template <int HD, bool DECODE, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS)
     attn_split_kernel(kiln_cuda_attn_args a, const float *q, const __half *k_cache, const __half *v_cache,
                       const int32_t *d_pos, float *part, attn_decode x) {
     pdl_wait_and_release();
     int t = blockIdx.z;
-    attn_slice<HD, DECODE>(a, q, k_cache, v_cache, *d_pos + t + 1, part, x, blockIdx.x, blockIdx.y, t);
+    attn_slice<HD, DECODE, WARPS>(a, q, k_cache, v_cache, *d_pos + t + 1, part, x, blockIdx.x, blockIdx.y, t);
 }
 
 /* One block per (head, token), a thread per dim. With out_q, the merged row is also quantized to Q8_1 for the
@@ -113,7 +113,7 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
     switch (a->head_dim) {
 #define X(hd)                                                                                                          \
     case hd:                                                                                                           \
-        launch_pdl(attn_split_kernel<hd, false>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc, d_pos, part, none);     \
+        launch_pdl(attn_split_kernel<hd, false, ATTN_WARPS>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc, d_pos, part, none);     \
         break;
         X(64) X(128) X(256)
 #undef X
@@ -121,6 +121,13 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
     }
     launch_pdl(attn_merge_kernel, dim3(a->n_head, n_tokens), a->head_dim, stream, *a, part, out, (int8_t *)out_q, n_tokens);
     return 0;
+}
+
+/* Warps a block of the decode form: KILN_CUDA_ATTN_WARPS (4, 8 or 16), read at launch. */
+static int decode_warps(void) {
+    const char *e = getenv("KILN_CUDA_ATTN_WARPS");
+    int w = e ? atoi(e) : KILN_CUDA_DECODE_WARPS;
+    return w == 4 || w == 8 || w == 16 ? w : KILN_CUDA_DECODE_WARPS;
 }
 
 extern "C" int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const kiln_cuda_attn_decode_args *d,
@@ -132,12 +139,13 @@ extern "C" int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const ki
                      (int8_t *)d->out_q, counters};
     const __half *kc = (const __half *)d->k_cache, *vc = (const __half *)d->v_cache;
     dim3 grid(a->n_head, a->n_split, 1);
-    switch (a->head_dim) {
-#define X(hd)                                                                                                          \
-    case hd:                                                                                                           \
-        launch_pdl(attn_split_kernel<hd, true>, grid, 32 * ATTN_WARPS, stream, *a, d->q, kc, vc, d_pos, part, x);      \
+    int warps = decode_warps();
+    switch (a->head_dim * 64 + warps) {
+#define X(hd, w)                                                                                                       \
+    case hd * 64 + w:                                                                                                  \
+        launch_pdl(attn_split_kernel<hd, true, w>, grid, 32 * w, stream, *a, d->q, kc, vc, d_pos, part, x);            \
         return 0;
-        X(64) X(128) X(256)
+        X(64, 4) X(128, 4) X(256, 4) X(64, 8) X(128, 8) X(256, 8) X(64, 16) X(128, 16) X(256, 16)
 #undef X
     default: return -1;
     }

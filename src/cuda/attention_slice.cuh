@@ -8,7 +8,7 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
 
-#define ATTN_WARPS 4
+#define ATTN_WARPS 4 /* the prefill batch's split kernel */
 
 /* The decode form's extras: q, k and v arrive as the Q/K/V GEMVs left them; the biases, the rotation and the q
  * scale are applied here, the current position's k and v rows go into the cache, and the last block of each head
@@ -127,12 +127,25 @@ __device__ __forceinline__ void load_halves(const __half *p, float *out) {
     }
 }
 
-/* Slice `split` of query token t, head `head`: an online softmax over the slice's positions into its part (max,
- * sum, then head_dim accumulators, per (token, head, split)). DECODE: one token, with the work of attn_decode above;
- * the last block of a head to finish merges the head's slices. Every thread of the block calls it; a block may call
- * it again for another slice (the barrier at the top keeps the shared arrays of the previous call until all have
- * read them). */
-template <int HD, bool DECODE>
+/* The HD merged values of one head (warp by warp, so that store_merged sees 32 consecutive ones) stored by every
+ * block thread: value(d) for d < HD. */
+template <int HD, int WARPS, typename F>
+__device__ __forceinline__ void store_head(const attn_decode &x, int n_head, int head, F value) {
+    int warp = threadIdx.x >> 5;
+    for (int d0 = 0; d0 < HD; d0 += 32 * WARPS) /* whole warps: HD 64 leaves two idle */
+        if (d0 + warp * 32 < HD) {
+            int d = d0 + threadIdx.x;
+            store_merged(value(d), x.out, x.out_q, (int64_t)head * HD + d, (int64_t)n_head * HD);
+        }
+}
+
+/* Slice `split` of query token t, head `head`, run by a block of WARPS warps: an online softmax over the slice's
+ * positions into its part (max, sum, then head_dim accumulators, per (token, head, split)). DECODE: one token, with
+ * the work of attn_decode above; when the context is one slice, the block writes the head's output itself (no part,
+ * no count), otherwise the last block of a head to finish merges the head's slices. Every thread of the block calls
+ * it; a block may call it again for another slice (the barrier at the top keeps the shared arrays of the previous
+ * call until all have read them). */
+template <int HD, bool DECODE, int WARPS>
 __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const float *q, const __half *k_cache,
                                            const __half *v_cache, int n_pos, float *part, const attn_decode &x,
                                            int head, int split, int t) {
@@ -185,15 +198,15 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
             }
         }
     }
-    /* a warp takes positions begin + warp, + ATTN_WARPS, ...; their k and v rows are loaded AHEAD positions at a
+    /* a warp takes positions begin + warp, + WARPS, ...; their k and v rows are loaded AHEAD positions at a
      * time before any is used, so the loads are one round trip instead of a chain of them (same order of work) */
     constexpr int AHEAD = 4;
     float m = -INFINITY, l = 0.0f;
-    for (int p0 = begin + warp; p0 < end; p0 += AHEAD * ATTN_WARPS) {
+    for (int p0 = begin + warp; p0 < end; p0 += AHEAD * WARPS) {
         float kf[AHEAD][D], vf[AHEAD][D];
 #pragma unroll
         for (int i = 0; i < AHEAD; i++) {
-            int p = p0 + i * ATTN_WARPS;
+            int p = p0 + i * WARPS;
             bool here = has_cur && p == cur;
             if (p < end && !here) {
                 load_halves<D>(kb + (int64_t)p * HD + lane * D, kf[i]);
@@ -205,7 +218,7 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
         }
 #pragma unroll
         for (int i = 0; i < AHEAD; i++) {
-            if (p0 + i * ATTN_WARPS >= end) break;
+            if (p0 + i * WARPS >= end) break;
             float s = 0.0f;
 #pragma unroll
             for (int d = 0; d < D; d++) s += qr[d] * kf[i][d];
@@ -219,14 +232,17 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
         }
     }
 
-    write_slice<HD, ATTN_WARPS>(m, l, acc, part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2));
+    if (DECODE && n_used == 1) { /* the whole context in this block: its combine is the head's output */
+        __shared__ float whole[HD + 2];
+        write_slice<HD, WARPS>(m, l, acc, whole);
+        __syncthreads();
+        store_head<HD, WARPS>(x, a.n_head, head, [&](int d) { return whole[2 + d] / whole[1]; });
+        return;
+    }
+    write_slice<HD, WARPS>(m, l, acc, part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2));
     if (!DECODE || !arrive_last(x.counters + head, n_used)) return;
     const float *ph = part + (int64_t)head * a.n_split * (HD + 2);
-    for (int d0 = 0; d0 < HD; d0 += 32 * ATTN_WARPS) /* whole warps: HD 64 leaves two idle */
-        if (d0 + warp * 32 < HD) {
-            int d = d0 + threadIdx.x;
-            store_merged(merge_slices(a, ph, d, n_used), x.out, x.out_q, (int64_t)head * HD + d, (int64_t)a.n_head * HD);
-        }
+    store_head<HD, WARPS>(x, a.n_head, head, [&](int d) { return merge_slices(a, ph, d, n_used); });
 }
 
 #endif

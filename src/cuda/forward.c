@@ -42,6 +42,7 @@ struct kiln_cuda_context {
     void *k_cache, *v_cache; /* [n_layer][n_head_kv][n_ctx][head_dim] halves */
     unsigned *counters;      /* zeroed once; the last-block steps of the fused decode kernels count on them */
     unsigned fuse;           /* FUSE_* bits: decode work done in the kernel before it (see residual_matmul) */
+    int attn_chunk;          /* positions a slice at least in the fused decode attention (one slice up to it) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
     cudaGraphExec_t graph[2]; /* the decode step: [0] leaves logits, [1] greedy (argmax fed back, position advanced) */
     bool graph_tried[2], graph_ok[2];
@@ -196,6 +197,7 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     }
     const char *fuse = getenv("KILN_CUDA_FUSE");
     c->fuse = c->debug ? 0 : fuse ? (unsigned)strtoul(fuse, NULL, 0) : FUSE_DEFAULT;
+    c->attn_chunk = env_int("KILN_CUDA_DECODE_CHUNK", KILN_CUDA_FUSED_DECODE_CHUNK);
     *out = c;
     return 0;
 }
@@ -344,10 +346,11 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
     kiln_cuda_rope_args ra = rope_args(c);
     int splits = T >= KILN_CUDA_DECODE_SPLITS ? 1 : KILN_CUDA_DECODE_SPLITS / T;
+    bool fused = T == 1 && (c->fuse & FUSE_ATTENTION);
     kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits,
-                              T == 1 ? KILN_CUDA_DECODE_MIN_CHUNK : 1};
+                              T > 1 ? 1 : fused ? c->attn_chunk : KILN_CUDA_DECODE_MIN_CHUNK};
     void *attn_q = quantized_input(c, &L->wo, T);
-    if (T == 1 && (c->fuse & FUSE_ATTENTION)) {
+    if (fused) {
         MARK(c, KILN_OP_ATTENTION, l, 0);
         kiln_cuda_attn_decode_args da = {ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->attn, attn_q};
         if (kiln_cuda_attention_decode(&aa, &da, c->d_pos, c->part, c->counters, c->stream)) return -1;

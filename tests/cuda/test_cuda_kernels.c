@@ -425,14 +425,16 @@ static void test_attention(void **state) {
     check_attention(256, 1, 0, 5, KILN_CUDA_PREFILL_ATTENTION_MIN + 3);
 }
 
-/* The one-launch decode attention (rope stage, split, merge in the last block) against rope_store and the split and
- * merge kernels (themselves checked against the CPU above), from the same raw q, k, v and the same cache: the same
- * output, the same Q8_1 copy (up to a flipped rounding), the same k and v rows written at the position; launched
- * twice to see the counters reset. */
+/* The one-launch decode attention (rope stage, split, merge in the last block or in the only one) in slices of
+ * at least `chunk` positions against rope_store and the split and merge kernels (themselves checked against the CPU
+ * above), from the same raw q, k, v and the same cache: the same output, the same Q8_1 copy (up to a flipped
+ * rounding), the same k and v rows written at the position; launched twice to see the counters reset. */
 static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool neox, int rope_dim, int pos0,
-                                   bool bias) {
+                                   bool bias, int chunk) {
     kiln_cuda_rope_args r = {n_head, n_head_kv, head_dim, rope_dim, 2048, neox, 1.0f / sqrtf((float)head_dim), NULL};
     kiln_cuda_attn_args a = {n_head, n_head_kv, head_dim, r.n_ctx, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK};
+    kiln_cuda_attn_args af = a;
+    af.min_chunk = chunk;
     const int qd = n_head * head_dim, kvd = n_head_kv * head_dim;
     size_t cache_n = (size_t)kvd * r.n_ctx;
     float freq[128], *q = malloc(sizeof(float) * qd), *k = malloc(sizeof(float) * kvd);
@@ -458,7 +460,7 @@ static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool
         for (int rep = 0; rep < 2; rep++) {
             if (fused) {
                 kiln_cuda_attn_decode_args d = {r, dq, dk, dv, bq, bk, bv, kc, vc, dout, doq};
-                assert_int_equal(kiln_cuda_attention_decode(&a, &d, dpos, dpart, counters, 0), 0);
+                assert_int_equal(kiln_cuda_attention_decode(&af, &d, dpos, dpart, counters, 0), 0);
             } else if (rep == 0) { /* rotates q in place: once */
                 kiln_cuda_rope_store(&r, dq, dk, dv, bq, bk, bv, kc, vc, dpos, 1, 0);
                 assert_int_equal(kiln_cuda_attention(&a, dq, kc, vc, dpos, 1, dpart, dout, doq, 0), 0);
@@ -486,20 +488,32 @@ static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool
         for (int i = 0; i < 2 * kvd; i++) kf[f][i] = kiln_half_to_float(rows[f][i / kvd][i % kvd]);
     double eo = rel_err_f(out[1], out[0], qd), eq = rel_err_f(back[1], back[0], qd);
     double ek = rel_err_f(kf[1], kf[0], 2 * kvd);
-    fprintf(stderr, "attention decode hd %d heads %d/%d %s rope %d pos %d%s: out %.1e, Q8_1 %.1e, k/v rows %.1e\n",
-            head_dim, n_head, n_head_kv, neox ? "neox" : "normal", rope_dim, pos0, bias ? " bias" : "", eo, eq, ek);
+    fprintf(stderr, "attention decode hd %d heads %d/%d %s rope %d pos %d%s chunk %d warps %s: out %.1e, Q8_1 %.1e, "
+            "k/v rows %.1e\n", head_dim, n_head, n_head_kv, neox ? "neox" : "normal", rope_dim, pos0,
+            bias ? " bias" : "", chunk, getenv("KILN_CUDA_ATTN_WARPS"), eo, eq, ek);
     assert_true(eo < 1e-5 && eq < 1e-2 && ek < 1e-3);
     free(q), free(k), free(v), free(b), free(cache);
     for (int f = 0; f < 2; f++) free(out[f]), free(back[f]), free(oq[f]), free(rows[f][0]), free(rows[f][1]);
     gpu_free_all();
 }
 
+/* every block size of the decode form; slices of 32 positions (the merge in the last block) and of the fused
+ * step's chunk (the whole context in one block while it is short) */
 static void test_attention_decode(void **state) {
     SKIP_WITHOUT_GPU();
-    check_attention_decode(64, 4, 4, false, 48, 0, true); /* the first position: one slice, partial rope */
-    check_attention_decode(128, 12, 2, true, 128, 40, true);
-    check_attention_decode(128, 32, 8, false, 128, 1500, false); /* all 32 slices */
-    check_attention_decode(256, 8, 1, true, 64, 100, true);
+    static const char *warps[] = {"4", "8", "16"};
+    for (int w = 0; w < 3; w++) {
+        setenv("KILN_CUDA_ATTN_WARPS", warps[w], 1);
+        for (int c = 0; c < 2; c++) {
+            int chunk = c ? KILN_CUDA_FUSED_DECODE_CHUNK : KILN_CUDA_DECODE_MIN_CHUNK;
+            check_attention_decode(64, 4, 4, false, 48, 0, true, chunk); /* the first position, partial rope */
+            check_attention_decode(128, 12, 2, true, 128, 40, true, chunk);
+            check_attention_decode(128, 12, 2, true, 128, chunk - 1, true, chunk); /* one full slice */
+            check_attention_decode(128, 32, 8, false, 128, 1500, false, chunk); /* 32 or 12 slices */
+            check_attention_decode(256, 8, 1, true, 64, 100, true, chunk);
+        }
+    }
+    unsetenv("KILN_CUDA_ATTN_WARPS");
 }
 
 static void test_argmax(void **state) {
