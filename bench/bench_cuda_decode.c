@@ -5,7 +5,8 @@
  * profile (eager launches timed with events) of 16 decode steps and of one prompt batch, and the persistent step's
  * profile (its stages timed inside the kernel).
  * usage: bench_cuda_decode MODEL.gguf [n_prompt=512] [n_gen=128] [NAME=VALUE...]
- * NAME=VALUE arguments replace the default settings compared (each one environment variable). */
+ * Each further argument, NAME=VALUE[,NAME=VALUE...] (environment variables), is a setting compared in place of the
+ * default list. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,44 @@ static int print_step_profile(kiln_cuda_context *ctx, int32_t *tokens, double bw
     }
     kiln_cuda_profile_print(ctx, PROFILED_STEPS, bw, stdout);
     return 0;
+}
+
+/* The environment a compared setting changed, to put back once its context has captured its step. */
+#define MAX_SETTINGS 4
+typedef struct {
+    char *name[MAX_SETTINGS], *old[MAX_SETTINGS];
+    int n;
+} saved_env;
+
+static void restore_env(saved_env *s) {
+    for (int i = s->n - 1; i >= 0; i--) {
+        if (s->old[i]) setenv(s->name[i], s->old[i], 1);
+        else unsetenv(s->name[i]);
+        free(s->name[i]), free(s->old[i]);
+    }
+    s->n = 0;
+}
+
+/* Sets each NAME=VALUE of spec (comma-separated), saving the old values; -1 (nothing left changed) if malformed. */
+static int set_variant(const char *spec, saved_env *s) {
+    char *copy = strdup(spec), *rest = NULL;
+    s->n = 0;
+    for (char *tok = strtok_r(copy, ",", &rest); tok; tok = strtok_r(NULL, ",", &rest)) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok || s->n == MAX_SETTINGS) {
+            restore_env(s);
+            free(copy);
+            return -1;
+        }
+        *eq = 0;
+        const char *old = getenv(tok);
+        s->name[s->n] = strdup(tok);
+        s->old[s->n] = old ? strdup(old) : NULL; /* setenv may free it */
+        s->n++;
+        setenv(tok, eq + 1, 1);
+    }
+    free(copy);
+    return s->n > 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
@@ -106,34 +145,17 @@ int main(int argc, char **argv) {
     /* the same greedy decode on contexts made under other settings, each alternating with the default context so
      * that drift of the machine touches both alike; a setting holds until the context's graph has been captured
      * (some are read at launch) */
-    struct variant {
-        const char *name, *value;
-    };
-    static const struct variant defaults[] = {
-        {"KILN_CUDA_FUSE", "0"},
-        {"KILN_CUDA_GEMV_BATCH", "2"},
-        {"KILN_CUDA_GEMV_BATCH", "4"},
-        {"KILN_CUDA_PERSISTENT", "1"},
-    };
-    const struct variant *variants = defaults;
-    size_t n_variants = sizeof defaults / sizeof defaults[0];
-    struct variant given[16];
-    if (argc > 4) {
-        n_variants = 0;
-        for (int i = 4; i < argc && n_variants < 16; i++) {
-            char *eq = strchr(argv[i], '=');
-            if (!eq) {
-                fprintf(stderr, "bench_cuda_decode: '%s' is not NAME=VALUE\n", argv[i]);
-                return 2;
-            }
-            *eq = 0;
-            given[n_variants++] = (struct variant){argv[i], eq + 1};
+    static const char *defaults[] = {"KILN_CUDA_FUSE=0", "KILN_CUDA_GEMV_BATCH=2", "KILN_CUDA_GEMV_BATCH=4",
+                                     "KILN_CUDA_PERSISTENT=1"};
+    const char *const *variants = argc > 4 ? (const char *const *)argv + 4 : defaults;
+    int n_variants = argc > 4 ? argc - 4 : (int)(sizeof defaults / sizeof defaults[0]);
+    for (int v = 0; v < n_variants; v++) {
+        saved_env saved;
+        if (set_variant(variants[v], &saved)) {
+            fprintf(stderr, "bench_cuda_decode: '%s' is not NAME=VALUE[,NAME=VALUE...] (at most %d)\n", variants[v],
+                    MAX_SETTINGS);
+            return 2;
         }
-        variants = given;
-    }
-    for (size_t v = 0; v < n_variants; v++) {
-        char *old = getenv(variants[v].name) ? strdup(getenv(variants[v].name)) : NULL; /* setenv may free it */
-        setenv(variants[v].name, variants[v].value, 1);
         kiln_cuda_context *other = NULL;
         if (kiln_cuda_context_new(cm, n_gen + 1, 1, &other, &err)) {
             fprintf(stderr, "%s\n", err.msg);
@@ -144,12 +166,7 @@ int main(int argc, char **argv) {
             t0 = now();
             if (kiln_cuda_generate_greedy(other, tokens[0], 0, n_gen, tokens, &err)) break;
             double t1 = now();
-            if (r < 0) { /* the variant's step is captured now */
-                if (old) setenv(variants[v].name, old, 1);
-                else unsetenv(variants[v].name);
-                free(old);
-                old = NULL;
-            }
+            if (r < 0) restore_env(&saved); /* the variant's step is captured now */
             if (kiln_cuda_generate_greedy(ctx, tokens[0], 0, n_gen, tokens, &err)) break;
             if (r >= 0) tg_other[r] = n_gen / (t1 - t0), tg_default[r] = n_gen / (now() - t1);
         }
@@ -158,8 +175,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s\n", err.msg);
             return 1;
         }
-        printf("tg%d default %.1f tok/s, %s=%s %.1f tok/s (alternating runs)\n", n_gen, median(tg_default),
-               variants[v].name, variants[v].value, median(tg_other));
+        printf("tg%d default %.1f tok/s, %s %.1f tok/s (alternating runs)\n", n_gen, median(tg_default), variants[v],
+               median(tg_other));
     }
     printf("profile of a decode step (eager, mean of %d):\n", PROFILED_STEPS);
     if (print_step_profile(ctx, tokens, bw, &err)) return 1;

@@ -13,9 +13,8 @@ template <int HD, bool DECODE, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS)
     attn_split_kernel(kiln_cuda_attn_args a, const float *q, const __half *k_cache, const __half *v_cache,
                       const int32_t *d_pos, float *part, attn_decode x) {
-    pdl_wait_and_release();
-    int t = blockIdx.z;
-    attn_slice<HD, DECODE, WARPS>(a, q, k_cache, v_cache, *d_pos + t + 1, part, x, blockIdx.x, blockIdx.y, t);
+    int t = blockIdx.z; /* waits inside, after loading the K/V rows that earlier steps wrote */
+    attn_slice<HD, DECODE, WARPS, true>(a, q, k_cache, v_cache, *d_pos + t + 1, part, x, blockIdx.x, blockIdx.y, t);
 }
 
 /* One block per (head, token), a thread per dim. With out_q, the merged row is also quantized to Q8_1 for the

@@ -113,17 +113,46 @@ __device__ __forceinline__ void write_slice(float m, float l, const float *acc, 
     }
 }
 
-/* D consecutive halves (D = head_dim / 32: 2, 4 or 8, so 4, 8 or 16 aligned bytes) as floats, in one load. */
+/* D consecutive halves of a K or V row (D = head_dim / 32: 2, 4 or 8, so 4, 8 or 16 aligned bytes), loaded in one
+ * go and kept packed until used. */
 template <int D>
-__device__ __forceinline__ void load_halves(const __half *p, float *out) {
-    __half2 h[D / 2];
-    if (D == 2) *(uint32_t *)h = *(const uint32_t *)p;
-    if (D == 4) *(uint2 *)h = *(const uint2 *)p;
-    if (D == 8) *(uint4 *)h = *(const uint4 *)p;
+struct halves {
+    uint32_t w[D / 2];
+};
+
+template <int D>
+__device__ __forceinline__ halves<D> load_halves(const __half *p) {
+    halves<D> h;
+    if constexpr (D == 2) h.w[0] = *(const uint32_t *)p;
+    if constexpr (D == 4) {
+        uint2 u = *(const uint2 *)p;
+        h.w[0] = u.x, h.w[1] = u.y;
+    }
+    if constexpr (D == 8) {
+        uint4 u = *(const uint4 *)p;
+        h.w[0] = u.x, h.w[1] = u.y, h.w[2] = u.z, h.w[3] = u.w;
+    }
+    return h;
+}
+
+template <int D>
+__device__ __forceinline__ float half_at(const halves<D> &h, int d) {
+    float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h.w[d / 2]));
+    return d & 1 ? f.y : f.x;
+}
+
+/* The K and V rows (this lane's dims) of positions p0, p0 + WARPS, ... (AHEAD of them) that lie in [lo, hi) and are
+ * not skip, all loads issued at once; the others are left as they were. */
+template <int D, int AHEAD, int WARPS>
+__device__ __forceinline__ void load_rows(const __half *kb, const __half *vb, int p0, int lo, int hi, int skip,
+                                          int lane, halves<D> *kf, halves<D> *vf) {
 #pragma unroll
-    for (int i = 0; i < D / 2; i++) {
-        float2 f = __half22float2(h[i]);
-        out[2 * i] = f.x, out[2 * i + 1] = f.y;
+    for (int i = 0; i < AHEAD; i++) {
+        int p = p0 + i * WARPS;
+        if (lo <= p && p < hi && p != skip) {
+            kf[i] = load_halves<D>(kb + (int64_t)p * (32 * D) + lane * D);
+            vf[i] = load_halves<D>(vb + (int64_t)p * (32 * D) + lane * D);
+        }
     }
 }
 
@@ -142,10 +171,12 @@ __device__ __forceinline__ void store_head(const attn_decode &x, int n_head, int
 /* Slice `split` of query token t, head `head`, run by a block of WARPS warps: an online softmax over the slice's
  * positions into its part (max, sum, then head_dim accumulators, per (token, head, split)). DECODE: one token, with
  * the work of attn_decode above; when the context is one slice, the block writes the head's output itself (no part,
- * no count), otherwise the last block of a head to finish merges the head's slices. Every thread of the block calls
- * it; a block may call it again for another slice (the barrier at the top keeps the shared arrays of the previous
- * call until all have read them). */
-template <int HD, bool DECODE, int WARPS>
+ * no count), otherwise the last block of a head to finish merges the head's slices. WAIT: the kernel has not waited
+ * for the previous one yet; the first K/V rows that earlier steps wrote are loaded before pdl_wait_and_release, what
+ * the previous kernels of this step wrote (q, k, v; the rows of this step's tokens) after. Every thread of the block
+ * calls it; a block may call it again for another slice (the barrier at the top keeps the shared arrays of the
+ * previous call until all have read them). */
+template <int HD, bool DECODE, int WARPS, bool WAIT>
 __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const float *q, const __half *k_cache,
                                            const __half *v_cache, int n_pos, float *part, const attn_decode &x,
                                            int head, int split, int t) {
@@ -163,6 +194,16 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
     const float *qh = q + ((int64_t)t * a.n_head + head) * HD;
     const __half *kb = k_cache + (int64_t)kvh * a.n_ctx * HD;
     const __half *vb = v_cache + (int64_t)kvh * a.n_ctx * HD;
+    /* a warp takes positions begin + warp, + WARPS, ..., AHEAD of them at a time: all their K and V rows are loaded
+     * before the first is used (one round trip, not one per position), and their scores are reduced together */
+    constexpr int AHEAD = D <= 4 ? 8 : 4;
+    halves<D> kf[AHEAD] = {}, vf[AHEAD] = {};
+    int p0 = begin + warp;
+    /* rows from this step's first position on are this step's (DECODE: the current one, kept in registers) */
+    int fresh = n_pos - 1 - t, skip = DECODE ? cur : -1;
+    load_rows<D, AHEAD, WARPS>(kb, vb, p0, begin, min(end, fresh), skip, lane, kf, vf);
+    if (WAIT) pdl_wait_and_release();
+    if (!DECODE) load_rows<D, AHEAD, WARPS>(kb, vb, p0, fresh, end, skip, lane, kf, vf);
 
     float qr[D], acc[D], kc[D], vc[D]; /* kc, vc: the current position's k and v (DECODE), as F16 values */
     /* the blocks whose slice holds the current position use its k and v from registers; the first head of each KV
@@ -198,38 +239,37 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
             }
         }
     }
-    /* a warp takes positions begin + warp, + WARPS, ...; their k and v rows are loaded AHEAD positions at a
-     * time before any is used, so the loads are one round trip instead of a chain of them (same order of work) */
-    constexpr int AHEAD = 4;
     float m = -INFINITY, l = 0.0f;
-    for (int p0 = begin + warp; p0 < end; p0 += AHEAD * WARPS) {
-        float kf[AHEAD][D], vf[AHEAD][D];
+    for (bool first = true; p0 < end; p0 += AHEAD * WARPS, first = false) {
+        if (!first) load_rows<D, AHEAD, WARPS>(kb, vb, p0, begin, end, skip, lane, kf, vf);
+        float s[AHEAD];
 #pragma unroll
         for (int i = 0; i < AHEAD; i++) {
-            int p = p0 + i * WARPS;
-            bool here = has_cur && p == cur;
-            if (p < end && !here) {
-                load_halves<D>(kb + (int64_t)p * HD + lane * D, kf[i]);
-                load_halves<D>(vb + (int64_t)p * HD + lane * D, vf[i]);
-            } else {
+            bool here = has_cur && p0 + i * WARPS == cur;
+            s[i] = 0.0f;
 #pragma unroll
-                for (int d = 0; d < D; d++) kf[i][d] = kc[d], vf[i][d] = vc[d];
-            }
+            for (int d = 0; d < D; d++) s[i] += qr[d] * (here ? kc[d] : half_at<D>(kf[i], d));
         }
+#pragma unroll
+        for (int i = 0; i < AHEAD; i++) s[i] = warp_sum(s[i]);
+        float m_new = m;
+#pragma unroll
+        for (int i = 0; i < AHEAD; i++)
+            if (p0 + i * WARPS < end) m_new = fmaxf(m_new, s[i]);
+        float corr = expf(m - m_new); /* the first batch: exp(-inf) = 0 */
+        l *= corr;
+#pragma unroll
+        for (int d = 0; d < D; d++) acc[d] *= corr;
 #pragma unroll
         for (int i = 0; i < AHEAD; i++) {
             if (p0 + i * WARPS >= end) break;
-            float s = 0.0f;
+            bool here = has_cur && p0 + i * WARPS == cur;
+            float w = expf(s[i] - m_new);
+            l += w;
 #pragma unroll
-            for (int d = 0; d < D; d++) s += qr[d] * kf[i][d];
-            s = warp_sum(s);
-            float m_new = fmaxf(m, s);
-            float corr = expf(m - m_new), w = expf(s - m_new);
-#pragma unroll
-            for (int d = 0; d < D; d++) acc[d] = acc[d] * corr + w * vf[i][d];
-            l = l * corr + w;
-            m = m_new;
+            for (int d = 0; d < D; d++) acc[d] += w * (here ? vc[d] : half_at<D>(vf[i], d));
         }
+        m = m_new;
     }
 
     if (DECODE && n_used == 1) { /* the whole context in this block: its combine is the head's output */

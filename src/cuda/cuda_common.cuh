@@ -67,7 +67,10 @@ static inline int div_up(int64_t a, int64_t b) { return (int)((a + b - 1) / b); 
  * last; a kernel started by launch_pdl may be scheduled while its predecessor still runs, so its launch and block
  * start-up overlap the predecessor's tail. Every such kernel calls pdl_wait_and_release first: it waits there until
  * the previous kernel has finished and its writes are visible (so ordering is as without PDL), then allows the next
- * kernel to be scheduled. KILN_CUDA_PDL=0 in the environment launches plainly (for comparisons and tools). */
+ * kernel to be scheduled. So a kernel starts only after the previous one has waited: whatever the kernels before
+ * that one wrote is finished and visible, and may be read before pdl_wait_and_release (the decode attention loads
+ * the K/V rows of earlier steps there). KILN_CUDA_PDL=0 in the environment launches plainly (for comparisons and
+ * tools). */
 __device__ __forceinline__ void pdl_wait_and_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

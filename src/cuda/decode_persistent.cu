@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(PD_THREADS, 4) decode_layers_kernel(kiln_cuda_
         attn_decode x = {r, a.k, a.v, L.bq, L.bk, L.bv, (__half *)L.k_cache, (__half *)L.v_cache,
                          a.attn_out, (int8_t *)a.attn_q, a.counters};
         for (int it = blockIdx.x; it < n_items; it += gridDim.x)
-            attn_slice<HD, true, PD_WARPS>(a.attn, a.q, (const __half *)L.k_cache, (const __half *)L.v_cache, n_pos,
-                                           a.part, x, it / a.attn.n_split, it % a.attn.n_split, 0);
+            attn_slice<HD, true, PD_WARPS, false>(a.attn, a.q, (const __half *)L.k_cache, (const __half *)L.v_cache,
+                                                  n_pos, a.part, x, it / a.attn.n_split, it % a.attn.n_split, 0);
         grid.sync();
         stamp(2 + KILN_CUDA_DECODE_STAGES * l);
 

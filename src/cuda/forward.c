@@ -15,11 +15,19 @@
 
 enum { FUSE_ATTENTION = 1, FUSE_NORM = 2 };
 
-/* The default: FUSE_ATTENTION only. FUSE_NORM (KILN_CUDA_FUSE=3) has the last block of a residual GEMV do the next
- * norm, a serial tail the whole launch waits for; it paid (+10% on qwen2-1.5b) while the norm kernel waited on each
- * element's loads. With the norm's row loaded at once (norm.cu), measured on H100 (tg128, alternating): qwen2-1.5b
- * 935.2 / 937.1 tok/s with the norm kernel against 848.6 / 845.6 fused, llama3-8b 390.1 against 341.7. */
-#define FUSE_DEFAULT FUSE_ATTENTION
+/* Spans: a decode step at position pos is built for the first of 128, 512, 2048, ... (up to n_ctx) above pos, and
+ * its attention launches no more slices than that span fills. The launch's blocks are all scheduled whether their
+ * slice holds positions or not, and a grid sized for the whole context cost 5% of qwen2-1.5b's tg128 (H100). A
+ * captured graph per span; MAX_SPANS of them cover contexts up to 128 << 2 * (MAX_SPANS - 2). */
+#define FIRST_SPAN 128
+#define MAX_SPANS 10
+
+/* The default: no fusion. FUSE_ATTENTION (KILN_CUDA_FUSE=1) runs the rope stage, the attention and the merge in
+ * one launch; since the split kernel loads its K/V rows before waiting for the rope kernel and scores eight
+ * positions a warp at once, the three launches are faster. FUSE_NORM (KILN_CUDA_FUSE=3) has the last block of a
+ * residual GEMV do the next norm, a serial tail the whole launch waits for. Measured on H100 (tg128, alternating):
+ * docs/cuda.md, sessions 7 and 8. */
+#define FUSE_DEFAULT 0
 
 struct kiln_cuda_context {
     kiln_cuda_model *cm;
@@ -44,8 +52,10 @@ struct kiln_cuda_context {
     unsigned fuse;           /* FUSE_* bits: decode work done in the kernel before it (see residual_matmul) */
     int attn_chunk;          /* positions a slice at least in the fused decode attention (one slice up to it) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
-    cudaGraphExec_t graph[2]; /* the decode step: [0] leaves logits, [1] greedy (argmax fed back, position advanced) */
-    bool graph_tried[2], graph_ok[2];
+    /* the decode step, [0] leaving logits, [1] greedy (argmax fed back, position advanced), captured per span */
+    cudaGraphExec_t graph[2][MAX_SPANS];
+    bool graph_tried[2][MAX_SPANS], graph_ok[2][MAX_SPANS];
+    int span; /* positions the step being launched or captured is built for (span_of) */
     kiln_cuda_profile *prof; /* while profiling: every op timed, no graph */
     kiln_cuda_debug *debug;  /* KILN_GPU_DEBUG=1: every op of a decode step checked on the CPU, no graph */
     kiln_cuda_decode_layer *d_layers; /* the persistent decode step's layers (device copy), NULL when it is off */
@@ -167,7 +177,7 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     if (n_ctx < 1 || n_batch < 1) return kiln_fail(err, "context of %d positions, batches of %d: both must be positive", n_ctx, n_batch);
     kiln_cuda_context *c = calloc(1, sizeof *c);
     if (!c) return kiln_fail(err, "out of memory");
-    c->cm = cm, c->n_ctx = n_ctx, c->n_batch = n_batch;
+    c->cm = cm, c->n_ctx = n_ctx, c->n_batch = n_batch, c->span = n_ctx;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_tokens, 2 * sizeof(int32_t), cudaHostAllocDefault);
     for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&c->token_ready[i], cudaEventDisableTiming);
@@ -198,6 +208,7 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     const char *fuse = getenv("KILN_CUDA_FUSE");
     c->fuse = c->debug ? 0 : fuse ? (unsigned)strtoul(fuse, NULL, 0) : FUSE_DEFAULT;
     c->attn_chunk = env_int("KILN_CUDA_DECODE_CHUNK", KILN_CUDA_FUSED_DECODE_CHUNK);
+    if (c->attn_chunk < 1) c->attn_chunk = 1;
     *out = c;
     return 0;
 }
@@ -240,7 +251,8 @@ void kiln_cuda_context_free(kiln_cuda_context *c) {
     if (!c) return;
     free_profile(c);
     for (int i = 0; i < 2; i++)
-        if (c->graph[i]) cudaGraphExecDestroy(c->graph[i]);
+        for (int s = 0; s < MAX_SPANS; s++)
+            if (c->graph[i][s]) cudaGraphExecDestroy(c->graph[i][s]);
     if (c->blas) cublasDestroy(c->blas);
     kiln_cuda_debug_free(c->debug);
     void *bufs[] = {c->d_io, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits,
@@ -258,7 +270,11 @@ int kiln_cuda_context_debug_diverged(const kiln_cuda_context *c) {
     return c->debug ? kiln_cuda_debug_diverged(c->debug) : -1;
 }
 
-bool kiln_cuda_context_uses_graph(const kiln_cuda_context *c) { return c->graph_ok[0] || c->graph_ok[1]; }
+bool kiln_cuda_context_uses_graph(const kiln_cuda_context *c) {
+    for (int s = 0; s < MAX_SPANS; s++)
+        if (c->graph_ok[0][s] || c->graph_ok[1][s]) return true;
+    return false;
+}
 
 bool kiln_cuda_context_uses_persistent(const kiln_cuda_context *c) { return c->d_layers != NULL; }
 
@@ -347,8 +363,10 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     kiln_cuda_rope_args ra = rope_args(c);
     int splits = T >= KILN_CUDA_DECODE_SPLITS ? 1 : KILN_CUDA_DECODE_SPLITS / T;
     bool fused = T == 1 && (c->fuse & FUSE_ATTENTION);
-    kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits,
-                              T > 1 ? 1 : fused ? c->attn_chunk : KILN_CUDA_DECODE_MIN_CHUNK};
+    int chunk = T > 1 ? 1 : fused ? c->attn_chunk : KILN_CUDA_DECODE_MIN_CHUNK;
+    /* no more slices than the context can fill: every block of the launch is scheduled, used or not */
+    if (T == 1 && splits > (c->span + chunk - 1) / chunk) splits = (c->span + chunk - 1) / chunk;
+    kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits, chunk};
     void *attn_q = quantized_input(c, &L->wo, T);
     if (fused) {
         MARK(c, KILN_OP_ATTENTION, l, 0);
@@ -439,7 +457,7 @@ static int set_inputs(kiln_cuda_context *c, const int32_t *tokens, int n, int po
     return e == cudaSuccess ? 0 : cuda_error(err, "copying inputs", e);
 }
 
-static void capture_decode_graph(kiln_cuda_context *c, int greedy);
+static void capture_decode_graph(kiln_cuda_context *c, int greedy, int s);
 
 /* The persistent step's stage times, from the stamps of the pass that has just ended, into the profile. */
 static void collect_stamps(kiln_cuda_context *c) {
@@ -464,9 +482,25 @@ static void collect_stamps(kiln_cuda_context *c) {
     free(t);
 }
 
-/* One decode step: the captured graph when there is one, else eager launches (timed ones while profiling). */
-static int decode_step(kiln_cuda_context *c, int greedy) {
-    if (!c->graph_tried[greedy] && !c->prof && !c->debug) capture_decode_graph(c, greedy);
+/* The span (see FIRST_SPAN) of a step at pos: its index, and the positions it holds. */
+static int span_index(const kiln_cuda_context *c, int pos) {
+    int i = 0;
+    for (int span = FIRST_SPAN; span < c->n_ctx && span <= pos && i + 1 < MAX_SPANS; span *= 4) i++;
+    return i;
+}
+
+static int span_of(const kiln_cuda_context *c, int index) {
+    int64_t span = FIRST_SPAN;
+    for (int i = 0; i < index; i++) span *= 4;
+    return index + 1 == MAX_SPANS || span > c->n_ctx ? c->n_ctx : (int)span;
+}
+
+/* One decode step at pos: the graph captured for its span when there is one, else eager launches (timed ones while
+ * profiling). */
+static int decode_step(kiln_cuda_context *c, int greedy, int pos) {
+    int s = span_index(c, pos);
+    c->span = span_of(c, s);
+    if (!c->graph_tried[greedy][s] && !c->prof && !c->debug) capture_decode_graph(c, greedy, s);
     if (c->prof || c->debug) {
         int rc = forward(c, 1, greedy);
         cudaStreamSynchronize(c->stream);
@@ -474,7 +508,7 @@ static int decode_step(kiln_cuda_context *c, int greedy) {
         collect_stamps(c);
         return rc;
     }
-    if (c->graph_ok[greedy]) return cudaGraphLaunch(c->graph[greedy], c->stream) == cudaSuccess ? 0 : -1;
+    if (c->graph_ok[greedy][s]) return cudaGraphLaunch(c->graph[greedy][s], c->stream) == cudaSuccess ? 0 : -1;
     return forward(c, 1, greedy);
 }
 
@@ -488,7 +522,7 @@ int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, 
     for (int done = 0; done < n;) {
         int T = n - done < c->n_batch ? n - done : c->n_batch;
         if (set_inputs(c, tokens + done, T, pos + done, err)) return -1;
-        if (T == 1 ? decode_step(c, 0) : forward(c, T, false))
+        if (T == 1 ? decode_step(c, 0, pos + done) : forward(c, T, false))
             return kiln_fail(err, "CUDA forward pass: a kernel rejected its arguments");
         if (check_launches(c, err)) return -1;
         done += T;
@@ -500,22 +534,22 @@ int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, 
     return 0;
 }
 
-/* Captures a decode step once; on failure says so and leaves eager launches in charge. */
-static void capture_decode_graph(kiln_cuda_context *c, int greedy) {
-    c->graph_tried[greedy] = true;
+/* Captures the decode step of span s once (c->span set); on failure says so and leaves eager launches in charge. */
+static void capture_decode_graph(kiln_cuda_context *c, int greedy, int s) {
+    c->graph_tried[greedy][s] = true;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     int rc = e == cudaSuccess ? forward(c, 1, greedy) : -1;
     cudaError_t end = e == cudaSuccess ? cudaStreamEndCapture(c->stream, &g) : e;
     if (e == cudaSuccess) e = end;
-    if (e == cudaSuccess && rc == 0) e = cudaGraphInstantiate(&c->graph[greedy], g, 0);
+    if (e == cudaSuccess && rc == 0) e = cudaGraphInstantiate(&c->graph[greedy][s], g, 0);
     if (g) cudaGraphDestroy(g);
-    c->graph_ok[greedy] = e == cudaSuccess && rc == 0;
-    if (!c->graph_ok[greedy]) {
+    c->graph_ok[greedy][s] = e == cudaSuccess && rc == 0;
+    if (!c->graph_ok[greedy][s]) {
         fprintf(stderr, "kiln: CUDA graph capture failed (%s): decoding with eager launches\n",
                 e != cudaSuccess ? cudaGetErrorString(e) : "a kernel rejected its arguments");
         cudaGetLastError();
-        c->graph[greedy] = NULL;
+        c->graph[greedy][s] = NULL;
     }
 }
 
@@ -529,7 +563,7 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
     /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
     for (int i = 0; i <= n_gen; i++) {
         if (i < n_gen) {
-            if (decode_step(c, 1)) return kiln_fail(err, "CUDA decode step %d failed to launch", i);
+            if (decode_step(c, 1, pos + i)) return kiln_fail(err, "CUDA decode step %d failed to launch", i);
             cudaMemcpyAsync(&c->h_tokens[i & 1], c->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
             cudaEventRecord(c->token_ready[i & 1], c->stream);
         }
@@ -542,9 +576,10 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
     return check_launches(c, err);
 }
 
-/* Queues a greedy step whose id lands in h_tokens[slot] when token_ready[slot] fires. */
-static int queue_greedy_step(kiln_cuda_context *c, int slot) {
-    if (decode_step(c, 1)) return -1;
+/* Queues the greedy step at pos, whose id lands in h_tokens[pos & 1] when token_ready[pos & 1] fires. */
+static int queue_greedy_step(kiln_cuda_context *c, int pos) {
+    int slot = pos & 1;
+    if (decode_step(c, 1, pos)) return -1;
     cudaError_t e = cudaMemcpyAsync(&c->h_tokens[slot], c->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess) e = cudaEventRecord(c->token_ready[slot], c->stream);
     return e == cudaSuccess ? 0 : -1;
@@ -555,14 +590,14 @@ int kiln_cuda_decode_greedy(kiln_cuda_context *c, int32_t token, int pos, int32_
     if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
     if (!(c->n_ahead > 0 && c->ahead_pos == pos && c->ahead_token == token)) {
         c->n_ahead = 0; /* not what was guessed: those steps run first, and their KV rows are rewritten */
-        if (set_inputs(c, &token, 1, pos, err) || queue_greedy_step(c, pos & 1))
+        if (set_inputs(c, &token, 1, pos, err) || queue_greedy_step(c, pos))
             return kiln_fail(err, "CUDA decode step failed to launch");
         c->n_ahead = 1, c->ahead_pos = pos, c->ahead_token = token;
     }
     /* two steps in flight: the next one, fed by this one's argmax on the device, is queued before waiting, so the
      * GPU never waits for the host between steps (eager passes under profiling or debugging go one at a time) */
     if (c->n_ahead == 1 && pos + 1 < c->n_ctx && !c->prof && !c->debug) {
-        if (queue_greedy_step(c, (pos + 1) & 1)) return kiln_fail(err, "CUDA decode step failed to launch");
+        if (queue_greedy_step(c, pos + 1)) return kiln_fail(err, "CUDA decode step failed to launch");
         c->n_ahead = 2;
     }
     cudaError_t e = cudaEventSynchronize(c->token_ready[pos & 1]);

@@ -127,7 +127,7 @@ void kiln_cuda_rope_store(const kiln_cuda_rope_args *a, float *q, const float *k
  * against 89 in 16 and 1124 in one. */
 #define KILN_CUDA_DECODE_SPLITS 32
 #define KILN_CUDA_DECODE_MIN_CHUNK 32
-#define KILN_CUDA_DECODE_WARPS 16
+#define KILN_CUDA_DECODE_WARPS 8
 #define KILN_CUDA_FUSED_DECODE_CHUNK 128 /* kiln_cuda_attention_decode's slices (KILN_CUDA_DECODE_CHUNK) */
 
 typedef struct kiln_cuda_attn_args {
@@ -142,8 +142,9 @@ int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void
 /* The attention of one decode token in one launch: the rope stage's work (biases, rotation, q scale, the k and v
  * rows into the cache at *d_pos) and kiln_cuda_attention's split and merge, the merge done by the last block of each
  * head, or by the head's only block while the context is one slice (a->min_chunk positions or fewer). Blocks of
- * KILN_CUDA_DECODE_WARPS warps (KILN_CUDA_ATTN_WARPS: 4, 8 or 16). q, k, v are the Q/K/V GEMVs' outputs, left as they are. counters: n_head unsigneds in device memory, zero
- * before the first call (and left zero). */
+ * KILN_CUDA_DECODE_WARPS warps (KILN_CUDA_ATTN_WARPS: 4, 8 or 16). q, k, v are the Q/K/V GEMVs' outputs, left as
+ * they are. counters: n_head unsigneds in device memory, zero before the first call (and left zero). The decode
+ * step runs it under KILN_CUDA_FUSE=1 (not by default: the three launches are faster, docs/cuda.md). */
 typedef struct kiln_cuda_attn_decode_args {
     kiln_cuda_rope_args rope;
     const float *q, *k, *v, *bq, *bk, *bv;

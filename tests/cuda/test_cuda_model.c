@@ -171,6 +171,63 @@ static void test_debug(void **state) {
     kiln_gguf_close(g);
 }
 
+/* Decode steps on both sides of the first span boundary (positions 127 and 128: the step built for 128 positions,
+ * then the one built for 512, each captured as its own graph), on every model: logits within check_model's bounds
+ * of the CPU reference's. */
+#define SPAN_CTX 600
+#define SPAN_PROMPT 120
+#define SPAN_STEPS 16
+
+static bool check_span_boundary(const char *path) {
+    kiln_error err = {{0}};
+    kiln_gguf *g = NULL;
+    kiln_config cfg;
+    kiln_weights w = {0};
+    kiln_ref_state ref;
+    kiln_cuda_model *cm = NULL;
+    kiln_cuda_context *ctx = NULL;
+    if (kiln_gguf_open(path, &g, &err) || kiln_config_load(g, &cfg, &err) || kiln_weights_load(g, &cfg, &w, &err) ||
+        kiln_ref_init(&ref, &cfg, &w, SPAN_CTX, &err) || kiln_cuda_model_load(&cfg, &w, &cm, &err) ||
+        kiln_cuda_context_new(cm, SPAN_CTX, 64, &ctx, &err))
+        fail_msg("%s: %s", path, err.msg);
+    int nv = cfg.n_vocab;
+    float *cpu = malloc(sizeof(float) * nv), *gpu = malloc(sizeof(float) * nv);
+    int32_t tokens[SPAN_PROMPT + SPAN_STEPS];
+    for (int i = 0; i < SPAN_PROMPT + SPAN_STEPS; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (nv - 1));
+    for (int p = 0; p < SPAN_PROMPT; p++)
+        if (kiln_ref_forward(&ref, tokens[p], p, cpu, &err)) fail_msg("%s", err.msg);
+    if (kiln_cuda_eval(ctx, tokens, SPAN_PROMPT, 0, NULL, &err)) fail_msg("%s", err.msg);
+    double worst = 0;
+    for (int p = SPAN_PROMPT; p < SPAN_PROMPT + SPAN_STEPS; p++) {
+        if (kiln_ref_forward(&ref, tokens[p], p, cpu, &err) || kiln_cuda_eval(ctx, &tokens[p], 1, p, gpu, &err))
+            fail_msg("%s", err.msg);
+        double e = logits_err(gpu, cpu, nv);
+        if (e > worst) worst = e;
+    }
+    double bound = any_quantized(&w) ? 8e-1 : 3e-3;
+    fprintf(stderr, "%s: decode at positions %d..%d (across the span of 128), logits rel err max %.2e (bound %.0e)\n",
+            path, SPAN_PROMPT, SPAN_PROMPT + SPAN_STEPS - 1, worst, bound);
+    bool ok = kiln_cuda_context_uses_graph(ctx) && worst < bound;
+    free(cpu), free(gpu);
+    kiln_cuda_context_free(ctx);
+    kiln_cuda_model_free(cm);
+    kiln_ref_free(&ref);
+    kiln_weights_free(&w);
+    kiln_gguf_close(g);
+    return ok;
+}
+
+static void test_span_boundary(void **state) {
+    if (!gpu_present()) skip();
+    const char *list = getenv("KILN_CUDA_TEST_MODELS");
+    if (!list || !*list) skip();
+    char *copy = strdup(list), *save = NULL;
+    bool ok = true;
+    for (char *p = strtok_r(copy, " ", &save); p; p = strtok_r(NULL, " ", &save)) ok = check_span_boundary(p) && ok;
+    free(copy);
+    assert_true(ok);
+}
+
 static void test_models(void **state) {
     if (!gpu_present()) skip();
     const char *list = getenv("KILN_CUDA_TEST_MODELS");
@@ -196,6 +253,7 @@ static void test_models(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_models), cmocka_unit_test(test_debug)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_models), cmocka_unit_test(test_span_boundary),
+                                       cmocka_unit_test(test_debug)};
     return cmocka_run_group_tests_name("cuda_model", tests, NULL, NULL);
 }
