@@ -112,7 +112,8 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
     switch (a->head_dim) {
 #define X(hd)                                                                                                          \
     case hd:                                                                                                           \
-        launch_pdl(attn_split_kernel<hd, false, ATTN_WARPS>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc, d_pos, part, none);     \
+        launch_pdl(attn_split_kernel<hd, false, ATTN_WARPS>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc, d_pos,     \
+                   part, none);                                                                                        \
         break;
         X(64) X(128) X(256)
 #undef X
@@ -120,13 +121,6 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
     }
     launch_pdl(attn_merge_kernel, dim3(a->n_head, n_tokens), a->head_dim, stream, *a, part, out, (int8_t *)out_q, n_tokens);
     return 0;
-}
-
-/* Warps a block of the decode form: KILN_CUDA_ATTN_WARPS (4, 8 or 16), read at launch. */
-static int decode_warps(void) {
-    const char *e = getenv("KILN_CUDA_ATTN_WARPS");
-    int w = e ? atoi(e) : KILN_CUDA_DECODE_WARPS;
-    return w == 4 || w == 8 || w == 16 ? w : KILN_CUDA_DECODE_WARPS;
 }
 
 extern "C" int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const kiln_cuda_attn_decode_args *d,
@@ -138,7 +132,7 @@ extern "C" int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const ki
                      (int8_t *)d->out_q, counters};
     const __half *kc = (const __half *)d->k_cache, *vc = (const __half *)d->v_cache;
     dim3 grid(a->n_head, a->n_split, 1);
-    int warps = decode_warps();
+    int warps = d->warps ? d->warps : KILN_CUDA_DECODE_WARPS;
     switch (a->head_dim * 64 + warps) {
 #define X(hd, w)                                                                                                       \
     case hd * 64 + w:                                                                                                  \

@@ -51,6 +51,7 @@ struct kiln_cuda_context {
     unsigned *counters;      /* zeroed once; the last-block steps of the fused decode kernels count on them */
     unsigned fuse;           /* FUSE_* bits: decode work done in the kernel before it (see residual_matmul) */
     int attn_chunk;          /* KILN_CUDA_DECODE_CHUNK: positions a decode slice at least (0: each form's default) */
+    int attn_warps;          /* KILN_CUDA_ATTN_WARPS: warps a block of the one-launch attention (0: its default) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
     /* the decode step, [0] leaving logits, [1] greedy (argmax fed back, position advanced), captured per span */
     cudaGraphExec_t graph[2][MAX_SPANS];
@@ -208,6 +209,8 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     const char *fuse = getenv("KILN_CUDA_FUSE");
     c->fuse = c->debug ? 0 : fuse ? (unsigned)strtoul(fuse, NULL, 0) : FUSE_DEFAULT;
     c->attn_chunk = env_int("KILN_CUDA_DECODE_CHUNK", 0);
+    c->attn_warps = env_int("KILN_CUDA_ATTN_WARPS", 0);
+    if (c->attn_warps != 4 && c->attn_warps != 8 && c->attn_warps != 16) c->attn_warps = 0;
     *out = c;
     return 0;
 }
@@ -379,7 +382,8 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     void *attn_q = quantized_input(c, &L->wo, T);
     if (fused) {
         MARK(c, KILN_OP_ATTENTION, l, 0);
-        kiln_cuda_attn_decode_args da = {ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->attn, attn_q};
+        kiln_cuda_attn_decode_args da = {ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->attn, attn_q,
+                                         c->attn_warps};
         if (kiln_cuda_attention_decode(&aa, &da, c->d_pos, c->part, c->counters, c->stream)) return -1;
     } else {
         MARK(c, KILN_OP_ROPE, l, 0);

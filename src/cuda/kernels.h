@@ -142,8 +142,8 @@ int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void
 /* The attention of one decode token in one launch: the rope stage's work (biases, rotation, q scale, the k and v
  * rows into the cache at *d_pos) and kiln_cuda_attention's split and merge, the merge done by the last block of each
  * head, or by the head's only block while the context is one slice (a->min_chunk positions or fewer). Blocks of
- * KILN_CUDA_DECODE_WARPS warps (KILN_CUDA_ATTN_WARPS: 4, 8 or 16). q, k, v are the Q/K/V GEMVs' outputs, left as
- * they are. counters: n_head unsigneds in device memory, zero before the first call (and left zero). The decode
+ * `warps` warps: 4, 8 or 16 (0: KILN_CUDA_DECODE_WARPS). q, k, v are the Q/K/V GEMVs' outputs, left as they
+ * are. counters: n_head unsigneds in device memory, zero before the first call (and left zero). The decode
  * step runs it under KILN_CUDA_FUSE=1 (not by default: the three launches are faster, docs/cuda.md). */
 typedef struct kiln_cuda_attn_decode_args {
     kiln_cuda_rope_args rope;
@@ -151,6 +151,7 @@ typedef struct kiln_cuda_attn_decode_args {
     void *k_cache, *v_cache;
     float *out;
     void *out_q;
+    int warps;
 } kiln_cuda_attn_decode_args;
 
 int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const kiln_cuda_attn_decode_args *d,

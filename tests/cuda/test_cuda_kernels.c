@@ -430,7 +430,7 @@ static void test_attention(void **state) {
  * above), from the same raw q, k, v and the same cache: the same output, the same Q8_1 copy (up to a flipped
  * rounding), the same k and v rows written at the position; launched twice to see the counters reset. */
 static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool neox, int rope_dim, int pos0,
-                                   bool bias, int chunk) {
+                                   bool bias, int chunk, int warps) {
     kiln_cuda_rope_args r = {n_head, n_head_kv, head_dim, rope_dim, 2048, neox, 1.0f / sqrtf((float)head_dim), NULL};
     kiln_cuda_attn_args a = {n_head, n_head_kv, head_dim, r.n_ctx, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK};
     kiln_cuda_attn_args af = a;
@@ -459,7 +459,7 @@ static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool
         void *doq = gpu_alloc(Q8_1_BYTES(qd));
         for (int rep = 0; rep < 2; rep++) {
             if (fused) {
-                kiln_cuda_attn_decode_args d = {r, dq, dk, dv, bq, bk, bv, kc, vc, dout, doq};
+                kiln_cuda_attn_decode_args d = {r, dq, dk, dv, bq, bk, bv, kc, vc, dout, doq, warps};
                 assert_int_equal(kiln_cuda_attention_decode(&af, &d, dpos, dpart, counters, 0), 0);
             } else if (rep == 0) { /* rotates q in place: once */
                 kiln_cuda_rope_store(&r, dq, dk, dv, bq, bk, bv, kc, vc, dpos, 1, 0);
@@ -488,9 +488,9 @@ static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool
         for (int i = 0; i < 2 * kvd; i++) kf[f][i] = kiln_half_to_float(rows[f][i / kvd][i % kvd]);
     double eo = rel_err_f(out[1], out[0], qd), eq = rel_err_f(back[1], back[0], qd);
     double ek = rel_err_f(kf[1], kf[0], 2 * kvd);
-    fprintf(stderr, "attention decode hd %d heads %d/%d %s rope %d pos %d%s chunk %d warps %s: out %.1e, Q8_1 %.1e, "
+    fprintf(stderr, "attention decode hd %d heads %d/%d %s rope %d pos %d%s chunk %d warps %d: out %.1e, Q8_1 %.1e, "
             "k/v rows %.1e\n", head_dim, n_head, n_head_kv, neox ? "neox" : "normal", rope_dim, pos0,
-            bias ? " bias" : "", chunk, getenv("KILN_CUDA_ATTN_WARPS"), eo, eq, ek);
+            bias ? " bias" : "", chunk, warps, eo, eq, ek);
     assert_true(eo < 1e-5 && eq < 1e-2 && ek < 1e-3);
     free(q), free(k), free(v), free(b), free(cache);
     for (int f = 0; f < 2; f++) free(out[f]), free(back[f]), free(oq[f]), free(rows[f][0]), free(rows[f][1]);
@@ -501,19 +501,18 @@ static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool
  * step's chunk (the whole context in one block while it is short) */
 static void test_attention_decode(void **state) {
     SKIP_WITHOUT_GPU();
-    static const char *warps[] = {"4", "8", "16"};
-    for (int w = 0; w < 3; w++) {
-        setenv("KILN_CUDA_ATTN_WARPS", warps[w], 1);
+    static const int warps[] = {4, 8, 16};
+    for (int i = 0; i < 3; i++) {
+        int w = warps[i];
         for (int c = 0; c < 2; c++) {
             int chunk = c ? KILN_CUDA_FUSED_DECODE_CHUNK : KILN_CUDA_DECODE_MIN_CHUNK;
-            check_attention_decode(64, 4, 4, false, 48, 0, true, chunk); /* the first position, partial rope */
-            check_attention_decode(128, 12, 2, true, 128, 40, true, chunk);
-            check_attention_decode(128, 12, 2, true, 128, chunk - 1, true, chunk); /* one full slice */
-            check_attention_decode(128, 32, 8, false, 128, 1500, false, chunk); /* 32 or 12 slices */
-            check_attention_decode(256, 8, 1, true, 64, 100, true, chunk);
+            check_attention_decode(64, 4, 4, false, 48, 0, true, chunk, w); /* the first position, partial rope */
+            check_attention_decode(128, 12, 2, true, 128, 40, true, chunk, w);
+            check_attention_decode(128, 12, 2, true, 128, chunk - 1, true, chunk, w); /* one full slice */
+            check_attention_decode(128, 32, 8, false, 128, 1500, false, chunk, w); /* 32 or 12 slices */
+            check_attention_decode(256, 8, 1, true, 64, 100, true, chunk, w);
         }
     }
-    unsetenv("KILN_CUDA_ATTN_WARPS");
 }
 
 static void test_argmax(void **state) {

@@ -53,36 +53,82 @@ static bool any_quantized(const kiln_weights *w) {
     return q;
 }
 
+/* One model on both executors: the file, its weights, the CPU reference's state, the GPU model and a context of
+ * n_ctx positions, with logits buffers for each side. */
+typedef struct {
+    kiln_gguf *g;
+    kiln_config cfg;
+    kiln_weights w;
+    kiln_ref_state ref;
+    kiln_cuda_model *cm;
+    kiln_cuda_context *ctx;
+    float *cpu, *gpu;
+} both_sides;
+
+static void open_both(const char *path, int n_ctx, int n_batch, both_sides *m) {
+    kiln_error err = {{0}};
+    memset(m, 0, sizeof *m);
+    if (kiln_gguf_open(path, &m->g, &err) || kiln_config_load(m->g, &m->cfg, &err) ||
+        kiln_weights_load(m->g, &m->cfg, &m->w, &err) || kiln_ref_init(&m->ref, &m->cfg, &m->w, n_ctx, &err) ||
+        kiln_cuda_model_load(&m->cfg, &m->w, &m->cm, &err) ||
+        kiln_cuda_context_new(m->cm, n_ctx, n_batch, &m->ctx, &err))
+        fail_msg("%s: %s", path, err.msg);
+    m->cpu = malloc(sizeof(float) * m->cfg.n_vocab), m->gpu = malloc(sizeof(float) * m->cfg.n_vocab);
+}
+
+static void close_both(both_sides *m) {
+    free(m->cpu), free(m->gpu);
+    kiln_cuda_context_free(m->ctx);
+    kiln_cuda_model_free(m->cm);
+    kiln_ref_free(&m->ref);
+    kiln_weights_free(&m->w);
+    kiln_gguf_close(m->g);
+}
+
+/* The prompt tokens[0..n_prompt) (the GPU in batches), then one decode step at a time up to n_prompt + n_decode on
+ * both sides: the prompt's last logits error into *e_prompt (when asked), the decode steps' largest as the result. */
+static double prompt_then_decode(both_sides *m, const int32_t *tokens, int n_prompt, int n_decode, double *e_prompt) {
+    kiln_error err = {{0}};
+    int nv = m->cfg.n_vocab;
+    for (int p = 0; p < n_prompt; p++)
+        if (kiln_ref_forward(&m->ref, tokens[p], p, m->cpu, &err)) fail_msg("%s", err.msg);
+    if (kiln_cuda_eval(m->ctx, tokens, n_prompt, 0, m->gpu, &err)) fail_msg("%s", err.msg);
+    if (e_prompt) *e_prompt = logits_err(m->gpu, m->cpu, nv);
+    double worst = 0;
+    for (int p = n_prompt; p < n_prompt + n_decode; p++) {
+        if (kiln_ref_forward(&m->ref, tokens[p], p, m->cpu, &err) ||
+            kiln_cuda_eval(m->ctx, &tokens[p], 1, p, m->gpu, &err))
+            fail_msg("%s", err.msg);
+        double e = logits_err(m->gpu, m->cpu, nv);
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+/* Measured on random-weight models (H100): float models 8e-4 for both paths (F16 activations in the prefill GEMMs,
+ * the F16 KV cache against the reference's F32 one); quantized models prefill up to 3.4e-2 and decode (Q8_1
+ * activations) up to 2.3e-1 on the Q4_K_M models, while the model with every type (Q2_K and Q3_K among them) spread
+ * from 4.9e-2 to 3.8e-1 over 17 seeds, and reached 6.5e-1 on one seed through the fused-norm path. Random weights
+ * amplify rounding far more than trained ones, so for quantized models the decode bound only tells a decode that
+ * follows the reference from a broken one (logits unrelated to the reference's give about 1.4); each GEMV is
+ * checked to 1e-5 against its exact input in cuda_kernels, every op of a step against its own bound in test_debug,
+ * and the greedy check bounds the choices. */
+static double prefill_bound(const kiln_weights *w) { return any_quantized(w) ? 5e-2 : 3e-3; }
+static double decode_bound(const kiln_weights *w) { return any_quantized(w) ? 8e-1 : 3e-3; }
+
 /* Returns false (after printing the numbers) when a bound is missed, so every model is reported. */
 static bool check_model(const char *path) {
     kiln_error err = {{0}};
-    kiln_gguf *g = NULL;
-    kiln_config cfg;
-    kiln_weights w = {0};
-    if (kiln_gguf_open(path, &g, &err) || kiln_config_load(g, &cfg, &err) || kiln_weights_load(g, &cfg, &w, &err))
-        fail_msg("%s: %s", path, err.msg);
-    kiln_ref_state ref;
-    kiln_cuda_model *cm = NULL;
-    kiln_cuda_context *ctx = NULL;
-    if (kiln_ref_init(&ref, &cfg, &w, N_CTX, &err) || kiln_cuda_model_load(&cfg, &w, &cm, &err) ||
-        kiln_cuda_context_new(cm, N_CTX, 8, &ctx, &err))
-        fail_msg("%s: %s", path, err.msg);
-    int nv = cfg.n_vocab;
-    float *cpu = malloc(sizeof(float) * nv), *gpu = malloc(sizeof(float) * nv);
+    both_sides m;
+    open_both(path, N_CTX, 8, &m);
+    kiln_cuda_context *ctx = m.ctx;
+    int nv = m.cfg.n_vocab;
+    float *cpu = m.cpu;
     int32_t tokens[N_CTX];
     for (int i = 0; i < N_CTX; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (nv - 1));
 
     /* prompt in batches of 8 (8 + 4 tokens), then one token at a time */
-    for (int p = 0; p < N_PROMPT; p++)
-        if (kiln_ref_forward(&ref, tokens[p], p, cpu, &err)) fail_msg("%s", err.msg);
-    if (kiln_cuda_eval(ctx, tokens, N_PROMPT, 0, gpu, &err)) fail_msg("%s", err.msg);
-    double e_prefill = logits_err(gpu, cpu, nv), e_decode = 0;
-    for (int p = N_PROMPT; p < N_PROMPT + N_DECODE; p++) {
-        if (kiln_ref_forward(&ref, tokens[p], p, cpu, &err) || kiln_cuda_eval(ctx, &tokens[p], 1, p, gpu, &err))
-            fail_msg("%s", err.msg);
-        double e = logits_err(gpu, cpu, nv);
-        if (e > e_decode) e_decode = e;
-    }
+    double e_prefill, e_decode = prompt_then_decode(&m, tokens, N_PROMPT, N_DECODE, &e_prefill);
 
     /* greedy from the next position: each GPU choice must be a CPU maximum up to the measured logit error */
     int pos = N_PROMPT + N_DECODE;
@@ -91,7 +137,7 @@ static bool check_model(const char *path) {
     int same = 0;
     int32_t fed = tokens[pos];
     for (int i = 0; i < N_GREEDY; i++) {
-        if (kiln_ref_forward(&ref, fed, pos + i, cpu, &err)) fail_msg("%s", err.msg);
+        if (kiln_ref_forward(&m.ref, fed, pos + i, cpu, &err)) fail_msg("%s", err.msg);
         int best = argmax(cpu, nv);
         double rms = 0;
         for (int j = 0; j < nv; j++) rms += (double)cpu[j] * cpu[j];
@@ -117,24 +163,10 @@ static bool check_model(const char *path) {
             kiln_cuda_context_uses_graph(ctx) ? "graph replay" : "eager launches",
             kiln_cuda_context_uses_persistent(ctx) ? "persistent step" : "a kernel per op");
     /* prefill runs F16 weights and activations through the GEMMs; decode runs GEMVs */
-    /* Measured on random-weight models (H100): float models 8e-4 for both paths (F16 activations in the prefill
-     * GEMMs, the F16 KV cache against the reference's F32 one); quantized models prefill up to 3.4e-2 and decode
-     * (Q8_1 activations) up to 2.3e-1 on the Q4_K_M models, while the model with every type (Q2_K and Q3_K among
-     * them) spread from 4.9e-2 to 3.8e-1 over 17 seeds, and reached 6.5e-1 on one seed through the fused-norm path.
-     * Random weights amplify rounding far more than trained ones, so for quantized models this bound only tells a
-     * decode that follows the reference from a broken one (logits unrelated to the reference's give about 1.4);
-     * each GEMV is checked to 1e-5 against its exact input in cuda_kernels, every op of a step against its own bound
-     * in test_debug, and the greedy check bounds the choices. */
-    bool quantized = any_quantized(&w);
-    double prefill_bound = quantized ? 5e-2 : 3e-3, decode_bound = quantized ? 8e-1 : 3e-3;
-    bool ok = e_prefill < prefill_bound && e_decode < decode_bound;
-    if (!ok) fprintf(stderr, "%s: bounds are prefill %.0e, decode %.0e\n", path, prefill_bound, decode_bound);
-    free(cpu), free(gpu);
-    kiln_cuda_context_free(ctx);
-    kiln_cuda_model_free(cm);
-    kiln_ref_free(&ref);
-    kiln_weights_free(&w);
-    kiln_gguf_close(g);
+    double pb = prefill_bound(&m.w), db = decode_bound(&m.w);
+    bool ok = e_prefill < pb && e_decode < db;
+    if (!ok) fprintf(stderr, "%s: bounds are prefill %.0e, decode %.0e\n", path, pb, db);
+    close_both(&m);
     return ok;
 }
 
@@ -172,48 +204,23 @@ static void test_debug(void **state) {
 }
 
 /* Decode steps on both sides of the first span boundary (positions 127 and 128: the step built for 128 positions,
- * then the one built for 512, each captured as its own graph), on every model: logits within check_model's bounds
+ * then the one built for 256, each captured as its own graph), on every model: logits within check_model's bounds
  * of the CPU reference's. */
 #define SPAN_CTX 600
 #define SPAN_PROMPT 120
 #define SPAN_STEPS 16
 
 static bool check_span_boundary(const char *path) {
-    kiln_error err = {{0}};
-    kiln_gguf *g = NULL;
-    kiln_config cfg;
-    kiln_weights w = {0};
-    kiln_ref_state ref;
-    kiln_cuda_model *cm = NULL;
-    kiln_cuda_context *ctx = NULL;
-    if (kiln_gguf_open(path, &g, &err) || kiln_config_load(g, &cfg, &err) || kiln_weights_load(g, &cfg, &w, &err) ||
-        kiln_ref_init(&ref, &cfg, &w, SPAN_CTX, &err) || kiln_cuda_model_load(&cfg, &w, &cm, &err) ||
-        kiln_cuda_context_new(cm, SPAN_CTX, 64, &ctx, &err))
-        fail_msg("%s: %s", path, err.msg);
-    int nv = cfg.n_vocab;
-    float *cpu = malloc(sizeof(float) * nv), *gpu = malloc(sizeof(float) * nv);
+    both_sides m;
+    open_both(path, SPAN_CTX, 64, &m);
     int32_t tokens[SPAN_PROMPT + SPAN_STEPS];
-    for (int i = 0; i < SPAN_PROMPT + SPAN_STEPS; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (nv - 1));
-    for (int p = 0; p < SPAN_PROMPT; p++)
-        if (kiln_ref_forward(&ref, tokens[p], p, cpu, &err)) fail_msg("%s", err.msg);
-    if (kiln_cuda_eval(ctx, tokens, SPAN_PROMPT, 0, NULL, &err)) fail_msg("%s", err.msg);
-    double worst = 0;
-    for (int p = SPAN_PROMPT; p < SPAN_PROMPT + SPAN_STEPS; p++) {
-        if (kiln_ref_forward(&ref, tokens[p], p, cpu, &err) || kiln_cuda_eval(ctx, &tokens[p], 1, p, gpu, &err))
-            fail_msg("%s", err.msg);
-        double e = logits_err(gpu, cpu, nv);
-        if (e > worst) worst = e;
-    }
-    double bound = any_quantized(&w) ? 8e-1 : 3e-3;
+    for (int i = 0; i < SPAN_PROMPT + SPAN_STEPS; i++)
+        tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (m.cfg.n_vocab - 1));
+    double worst = prompt_then_decode(&m, tokens, SPAN_PROMPT, SPAN_STEPS, NULL), bound = decode_bound(&m.w);
     fprintf(stderr, "%s: decode at positions %d..%d (across the span of 128), logits rel err max %.2e (bound %.0e)\n",
             path, SPAN_PROMPT, SPAN_PROMPT + SPAN_STEPS - 1, worst, bound);
-    bool ok = kiln_cuda_context_uses_graph(ctx) && worst < bound;
-    free(cpu), free(gpu);
-    kiln_cuda_context_free(ctx);
-    kiln_cuda_model_free(cm);
-    kiln_ref_free(&ref);
-    kiln_weights_free(&w);
-    kiln_gguf_close(g);
+    bool ok = kiln_cuda_context_uses_graph(m.ctx) && worst < bound;
+    close_both(&m);
     return ok;
 }
 
