@@ -333,7 +333,7 @@ static int residual_matmul(kiln_cuda_context *c, const kiln_cuda_matrix *m, cons
     return 0;
 }
 
-/* Q, K and V from the normed h. For one token, runs of matrices of the same quantized type share a launch. */
+/* Q, K and V from the normed h. For one token, one launch where their types allow (kiln_cuda_gemv_multi). */
 static int qkv(kiln_cuda_context *c, const kiln_cuda_layer *L, const void *hq, int T) {
     const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
     float *ys[3] = {c->q, c->k, c->v};
@@ -342,11 +342,7 @@ static int qkv(kiln_cuda_context *c, const kiln_cuda_layer *L, const void *hq, i
             if (matmul(c, ms[i], c->h, hq, T, ys[i], false)) return -1;
         return 0;
     }
-    for (int i = 0, j; i < 3; i = j) {
-        for (j = i + 1; j < 3 && ms[j]->type == ms[i]->type; j++) {}
-        if (kiln_cuda_gemv_multi(ms + i, ys + i, j - i, hq, c->h, c->stream)) return -1;
-    }
-    return 0;
+    return kiln_cuda_gemv_multi(ms, ys, 3, hq, c->h, c->stream);
 }
 
 /* Positions a slice of the decode attention at least, for a step built for span positions: an eighth of the span,

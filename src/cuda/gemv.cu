@@ -121,8 +121,7 @@ __device__ void norm_by_last_block(const kiln_cuda_norm_args &a, const float *x,
  * part's). Parts past the row's end read its last part again, always in bounds, and count for nothing. The matrix
  * is picked with constant indices: a run-time index into the parameter arrays would copy them to local memory. */
 template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH>
-__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
-    gemv_q_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
+__device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
     qtensor w = job.w[0];
     float *y = job.y[0];
     int n = job.n[0], first = 0;
@@ -182,6 +181,21 @@ __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
         else store_row(y, row, a, job.accumulate);
     }
     if (NORM) norm_by_last_block(ex.norm, y, n);
+}
+
+template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
+    gemv_q_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
+    gemv_rows<F, SWIGLU, SPLIT, NORM, BATCH>(job, ex, n_parts, xq);
+}
+
+/* Three matrices whose last is of another type (Q and K in F1, V in F2: Q4_K_M and Q5_K_M keep V in Q6_K in some
+ * layers) in one launch instead of two; the branch is the same for a whole block. */
+template <class F1, int BATCH1, class F2, int BATCH2>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
+    gemv_q_mixed_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
+    if ((int)blockIdx.x < job.first[2]) gemv_rows<F1, false, 1, false, BATCH1>(job, ex, n_parts, xq);
+    else gemv_rows<F2, false, 1, false, BATCH2>(job, ex, n_parts, xq);
 }
 
 template <kiln_type T>
@@ -366,18 +380,66 @@ extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const f
     return launch_quant<false>(&m, &y, 1, xq, job, nullptr, stream);
 }
 
+/* The batch a format's lane may take in gemv_q_mixed_kernel (launch_batched's rule) */
+template <class F>
+static constexpr int mixed_batch(int batch) {
+    return batch == 4 && F::raw_words <= GEMV_BATCH4_WORDS ? 4 : 2;
+}
+
+template <class F1, class F2, int B1, int B2>
+static void launch_mixed_as(int blocks, int row_bytes, cudaStream_t stream, const gemv_job &job, int n_parts,
+                            const void *xq) {
+    launch_gemv<gemv_q_mixed_kernel<F1, B1, F2, B2>>(blocks, GEMV_ROWS_PER_BLOCK, row_bytes, stream, job,
+                                                     gemv_extras{}, n_parts, xq);
+}
+
+template <class F1, class F2>
+static void launch_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, const void *xq, cudaStream_t stream) {
+    gemv_job job = {};
+    job.n_mats = 3;
+    int blocks = 0;
+    for (int i = 0; i < 3; i++) {
+        job.w[i] = i < 2 ? tensor_of<F1>(ms[i]) : tensor_of<F2>(ms[i]);
+        job.y[i] = ys[i];
+        job.n[i] = ms[i]->n;
+        job.first[i] = blocks;
+        blocks += div_up(ms[i]->n, GEMV_ROWS_PER_BLOCK);
+    }
+    int n_parts = ms[0]->k / 32, batch = parts_per_batch(n_parts, 1);
+    int bytes = F1::block_bytes > F2::block_bytes ? F1::block_bytes : F2::block_bytes;
+    if (mixed_batch<F1>(batch) == 4) launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, n_parts, xq);
+    else launch_mixed_as<F1, F2, 2, 2>(blocks, bytes, stream, job, n_parts, xq);
+}
+
+/* Q, K in one quantized type and V in another, one launch where the pair has a kernel (the K-quant mixes' pairs);
+ * false: not such a pair */
+static bool try_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, const void *xq, cudaStream_t stream) {
+    kiln_type a = ms[0]->type, b = ms[2]->type;
+    if (ms[1]->type != a || ms[1]->k != ms[0]->k || ms[2]->k != ms[0]->k || warps_per_row(ms[0]) != 1 ||
+        warps_per_row(ms[2]) != 1)
+        return false;
+    if (a == KILN_TYPE_Q4_K && b == KILN_TYPE_Q6_K) launch_mixed<q4_K_t, q6_K_t>(ms, ys, xq, stream);
+    else if (a == KILN_TYPE_Q5_K && b == KILN_TYPE_Q6_K) launch_mixed<q5_K_t, q6_K_t>(ms, ys, xq, stream);
+    else return false;
+    return true;
+}
+
+/* Runs of matrices that share a quantized type and width go in one launch each, Q/K + V of a mixed pair in one. */
 extern "C" int kiln_cuda_gemv_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
                                     const float *xf, cudaStream_t stream) {
     if (n_mats < 1 || n_mats > GEMV_MAX_MATS) return -1;
-    bool same = true;
-    for (int i = 0; i < n_mats; i++) {
-        if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
-        same = same && ms[i]->type == ms[0]->type && ms[i]->k == ms[0]->k;
-    }
-    if (same && kiln_cuda_type_uses_q8_1(ms[0]->type))
-        return launch_quant<false>(ms, ys, n_mats, xq, gemv_job{}, nullptr, stream);
     for (int i = 0; i < n_mats; i++)
-        if (kiln_cuda_gemv(ms[i], xq, xf, ys[i], false, stream)) return -1;
+        if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
+    if (n_mats == 3 && try_mixed(ms, ys, xq, stream)) return 0;
+    for (int i = 0, j; i < n_mats; i = j) {
+        for (j = i + 1; j < n_mats && ms[j]->type == ms[i]->type && ms[j]->k == ms[i]->k; j++) {}
+        if (kiln_cuda_type_uses_q8_1(ms[i]->type)) {
+            if (launch_quant<false>(ms + i, ys + i, j - i, xq, gemv_job{}, nullptr, stream)) return -1;
+            continue;
+        }
+        for (int m = i; m < j; m++)
+            if (kiln_cuda_gemv(ms[m], xq, xf, ys[m], false, stream)) return -1;
+    }
     return 0;
 }
 

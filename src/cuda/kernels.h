@@ -50,8 +50,9 @@ void kiln_cuda_quantize_q8_1(const float *x, void *q, int k, int n_rows, cudaStr
 int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
                    cudaStream_t stream);
 
-/* Several GEMVs over the same activations (Q, K and V) in one launch when the matrices share type and width
- * (separate launches otherwise): ys[i][r] = dot(row r of ms[i], x). At most 3 matrices. */
+/* Several GEMVs over the same activations (Q, K and V): ys[i][r] = dot(row r of ms[i], x), at most 3 matrices.
+ * One launch for each run of matrices that share a quantized type and width, and one for all three when the first
+ * two share one and the last is of its K-quant mix's other type (Q4_K or Q5_K with Q6_K). */
 int kiln_cuda_gemv_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
                          const float *xf, cudaStream_t stream);
 

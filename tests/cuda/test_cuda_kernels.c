@@ -99,9 +99,10 @@ static void check_gemv(kiln_type type, bool swiglu, int k) {
     gpu_free_all();
 }
 
-/* Three matrices of different heights in one launch (the Q/K/V form), each against its double reference. */
-static void check_gemv_multi(kiln_type type) {
-    const int k = 512, ns[3] = {256, 64, 66};
+/* Three matrices of different heights (the Q/K/V form), the first two of type tq, the last of tv, each against its
+ * double reference: one launch when the types are one, or a mixed pair. */
+static void check_gemv_multi(kiln_type tq, kiln_type tv, int k) {
+    const int ns[3] = {256, 64, 66};
     float *x = malloc(sizeof(float) * k), *xs = malloc(sizeof(float) * k), *deq[3];
     uint8_t *q = malloc(Q8_1_BYTES(k)), *w[3];
     rng_fill(x, k, 1.0f);
@@ -110,6 +111,7 @@ static void check_gemv_multi(kiln_type type) {
     kiln_cuda_matrix m[3];
     const kiln_cuda_matrix *ms[3] = {&m[0], &m[1], &m[2]};
     for (int i = 0; i < 3; i++) {
+        kiln_type type = i < 2 ? tq : tv;
         w[i] = random_rows(type, k, ns[i], &deq[i]);
         m[i] = (kiln_cuda_matrix){upload_matrix(type, w[i], k, ns[i]), type, k, ns[i], kiln_row_size(type, k)};
         dys[i] = gpu_alloc(sizeof(float) * ns[i]);
@@ -246,8 +248,18 @@ static void test_type(void **state) {
     /* rows of 8192+ inputs take the kernel's two-warps-per-row path */
     if (type == KILN_TYPE_Q4_0 || type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K) check_gemv(type, true, 8448);
     if (type == KILN_TYPE_Q8_0 || type == KILN_TYPE_Q5_K) check_gemv(type, false, 8448);
-    if (kiln_cuda_type_uses_q8_1(type)) check_gemv_multi(type);
+    if (kiln_cuda_type_uses_q8_1(type)) check_gemv_multi(type, type, 512);
     check_dequant(type);
+}
+
+/* Q/K and V of different types: the K-quant mixes' pairs in one launch (4096 wide: Q4_K's lanes take batches of
+ * four there, Q6_K's two), another pair in two */
+static void test_gemv_mixed(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_gemv_multi(KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, 512);
+    check_gemv_multi(KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, 4096);
+    check_gemv_multi(KILN_TYPE_Q5_K, KILN_TYPE_Q6_K, 1536);
+    check_gemv_multi(KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, 512);
 }
 
 /* Rows of n with a residual: each width takes one of the kernel's forms (4 values a thread up to 4096, 8, 16). */
@@ -543,6 +555,7 @@ int main(void) {
         TYPE_TEST(KILN_TYPE_Q4_1), TYPE_TEST(KILN_TYPE_Q5_0), TYPE_TEST(KILN_TYPE_Q5_1), TYPE_TEST(KILN_TYPE_Q8_0),
         TYPE_TEST(KILN_TYPE_Q2_K), TYPE_TEST(KILN_TYPE_Q3_K), TYPE_TEST(KILN_TYPE_Q4_K), TYPE_TEST(KILN_TYPE_Q5_K),
         TYPE_TEST(KILN_TYPE_Q6_K),
+        cmocka_unit_test(test_gemv_mixed),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention),
