@@ -14,6 +14,17 @@
  * batch's loads go out first. Measured on H100 (tg128, alternating): qwen2-1.5b 849 against 807-811 tok/s (+4.9%),
  * llama3-8b even (370.4 against 370.5); a budget of 128 for all but the norm's form (8 blocks, 64) gave 821 and 366. */
 #define GEMV_MIN_BLOCKS 6
+/* Launches of long rows (128 parts, 4096 inputs, and more) that need more than one wave of GEMV_MIN_BLOCKS blocks an
+ * SM take the two-part batch form built for 8 (64 registers; the K-quant forms keep their loads in flight without
+ * spilling): on H100 llama3-8b's Q/K/V (1536 blocks against 792 a wave), output and down projections (1024) go
+ * from 1.3-1.9 waves to 1-1.5, gate/up from 4.5 to 3.4. Measured on H100 (tg128, alternating in one run): llama3-8b
+ * 431.6 and 431.8 tok/s against 413.3 for the build before (+4.4%); built for 7 blocks (72 registers) the same
+ * launches gained 1.2% where 8 gained 5.5% (one run, each against a context of its size). On
+ * qwen2-1.5b (rows of 1536; only gate/up, 2240 blocks, and the head pass one wave) the form lost 1.3% (1076.7
+ * against 1090.5 without it), and 2.3% used everywhere: with a part or two a lane, a warp's loads are all out at
+ * once in either form, and the tighter budget costs. KILN_CUDA_GEMV_WAVES=1 always and =0 never take it, for
+ * comparisons. */
+#define GEMV_WIDE_MIN_BLOCKS 8
 #define GEMV_PREFETCH_MB 4.0
 
 __global__ void quantize_q8_1_kernel(const float *x, int8_t *q, int64_t n_blocks) {
@@ -183,16 +194,16 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
     if (NORM) norm_by_last_block(ex.norm, y, n);
 }
 
-template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH>
-__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
+template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_q_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
     gemv_rows<F, SWIGLU, SPLIT, NORM, BATCH>(job, ex, n_parts, xq);
 }
 
 /* Three matrices whose last is of another type (Q and K in F1, V in F2: Q4_K_M and Q5_K_M keep V in Q6_K in some
  * layers) in one launch instead of two; the branch is the same for a whole block. */
-template <class F1, int BATCH1, class F2, int BATCH2>
-__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
+template <class F1, int BATCH1, class F2, int BATCH2, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_q_mixed_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
     if ((int)blockIdx.x < job.first[2]) gemv_rows<F1, false, 1, false, BATCH1>(job, ex, n_parts, xq);
     else gemv_rows<F2, false, 1, false, BATCH2>(job, ex, n_parts, xq);
@@ -320,16 +331,36 @@ static int parts_per_batch(int n_parts, int split) {
     return forced == 4 || per_lane <= 4 ? 4 : 2;
 }
 
-/* batch 4 where the form and format allow it (above), else 2 */
+/* Whether a launch of `blocks` over rows of n_parts takes the form built for GEMV_WIDE_MIN_BLOCKS blocks an SM: rows
+ * of 128 parts or more, more than one wave at GEMV_MIN_BLOCKS (or as KILN_CUDA_GEMV_WAVES says; read at launch, like
+ * KILN_CUDA_GEMV_BATCH). */
+static bool wide_launch(int blocks, int n_parts) {
+    static int sms = -1;
+    if (sms < 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))
+            sms = 0;
+    }
+    const char *e = getenv("KILN_CUDA_GEMV_WAVES");
+    if (e && *e) return atoi(e) == 1;
+    return sms > 0 && n_parts >= 128 && blocks > GEMV_MIN_BLOCKS * sms;
+}
+
+/* Long rows past one wave: the two-part form for 8 blocks an SM (GEMV_WIDE_MIN_BLOCKS); else batch 4 where the
+ * form and format allow it (above), else 2. */
 template <class F, bool SWIGLU, int SPLIT, bool NORM>
 static void launch_batched(int batch, int blocks, int rows_per_block, int row_bytes, cudaStream_t stream,
                            const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
+    if constexpr (!NORM)
+        if (wide_launch(blocks, n_parts))
+            return launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 2, GEMV_WIDE_MIN_BLOCKS>>(
+                blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
     if constexpr (!SWIGLU && !NORM && SPLIT == 1 && F::raw_words <= GEMV_BATCH4_WORDS)
         if (batch == 4)
-            return launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 4>>(blocks, rows_per_block, row_bytes, stream,
-                                                                         job, ex, n_parts, xq);
-    launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 2>>(blocks, rows_per_block, row_bytes, stream, job, ex, n_parts,
-                                                          xq);
+            return launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 4, GEMV_MIN_BLOCKS>>(
+                blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
+    launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 2, GEMV_MIN_BLOCKS>>(blocks, rows_per_block, row_bytes, stream,
+                                                                          job, ex, n_parts, xq);
 }
 
 /* ms[0..n_mats) share type and width (checked by the callers); job brings accumulate; norm, when non-NULL, the
@@ -386,11 +417,11 @@ static constexpr int mixed_batch(int batch) {
     return batch == 4 && F::raw_words <= GEMV_BATCH4_WORDS ? 4 : 2;
 }
 
-template <class F1, class F2, int B1, int B2>
+template <class F1, class F2, int B1, int B2, int MIN_BLOCKS = GEMV_MIN_BLOCKS>
 static void launch_mixed_as(int blocks, int row_bytes, cudaStream_t stream, const gemv_job &job, int n_parts,
                             const void *xq) {
-    launch_gemv<gemv_q_mixed_kernel<F1, B1, F2, B2>>(blocks, GEMV_ROWS_PER_BLOCK, row_bytes, stream, job,
-                                                     gemv_extras{}, n_parts, xq);
+    launch_gemv<gemv_q_mixed_kernel<F1, B1, F2, B2, MIN_BLOCKS>>(blocks, GEMV_ROWS_PER_BLOCK, row_bytes, stream, job,
+                                                                 gemv_extras{}, n_parts, xq);
 }
 
 template <class F1, class F2>
@@ -407,7 +438,8 @@ static void launch_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, co
     }
     int n_parts = ms[0]->k / 32, batch = parts_per_batch(n_parts, 1);
     int bytes = F1::block_bytes > F2::block_bytes ? F1::block_bytes : F2::block_bytes;
-    if (mixed_batch<F1>(batch) == 4) launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, n_parts, xq);
+    if (wide_launch(blocks, n_parts)) launch_mixed_as<F1, F2, 2, 2, GEMV_WIDE_MIN_BLOCKS>(blocks, bytes, stream, job, n_parts, xq);
+    else if (mixed_batch<F1>(batch) == 4) launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, n_parts, xq);
     else launch_mixed_as<F1, F2, 2, 2>(blocks, bytes, stream, job, n_parts, xq);
 }
 

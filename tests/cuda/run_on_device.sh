@@ -66,7 +66,8 @@ while [ $# -gt 0 ]; do
             done
             KILN_GPU_DEBUG=1 run "$bin/kiln" run -m /tmp/default.gguf --device cuda --temp 0 -n 4 -p "The capital of France is"
         else echo "default: the model's first part is not on this machine (a fresh one): skipped"; fi ;;
-    decode) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_decode" "$1"; shift; done; continue ;;
+    decode) # KILN_BENCH_VARIANTS: the settings to compare against the default (bench_cuda_decode's own list if unset)
+        shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_decode" "$1" 512 128 ${KILN_BENCH_VARIANTS:-}; shift; done; continue ;;
     batch) # the batched multi-sequence step: its kernels, the forward on the test models, the scheduler on a synth model
         [ -e /tmp/kiln-smollm2-135m.gguf ] || run "$bin/kiln" synth --shape smollm2-135m --type q4_k_m \
             --vocab-from "$devrun/models/smollm2.gguf.vocab" -o /tmp/kiln-smollm2-135m.gguf --quiet

@@ -249,17 +249,26 @@ static void test_type(void **state) {
     if (type == KILN_TYPE_Q4_0 || type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K) check_gemv(type, true, 8448);
     if (type == KILN_TYPE_Q8_0 || type == KILN_TYPE_Q5_K) check_gemv(type, false, 8448);
     if (kiln_cuda_type_uses_q8_1(type)) check_gemv_multi(type, type, 512);
+    /* the forms launches of more than one wave take (8 blocks an SM), forced on these few rows */
+    setenv("KILN_CUDA_GEMV_WAVES", "1", 1);
+    check_gemv(type, false, 4096);
+    check_gemv(type, true, 1536);
+    if (type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K) check_gemv(type, false, 8448);
+    unsetenv("KILN_CUDA_GEMV_WAVES");
     check_dequant(type);
 }
 
 /* Q/K and V of different types: the K-quant mixes' pairs in one launch (4096 wide: Q4_K's lanes take batches of
- * four there, Q6_K's two), another pair in two */
+ * four there, Q6_K's two; and both two in the form of launches past one wave), another pair in two */
 static void test_gemv_mixed(void **state) {
     SKIP_WITHOUT_GPU();
     check_gemv_multi(KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, 512);
     check_gemv_multi(KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, 4096);
     check_gemv_multi(KILN_TYPE_Q5_K, KILN_TYPE_Q6_K, 1536);
     check_gemv_multi(KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, 512);
+    setenv("KILN_CUDA_GEMV_WAVES", "1", 1); /* the 8-blocks-an-SM form of launches past one wave */
+    check_gemv_multi(KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, 4096);
+    unsetenv("KILN_CUDA_GEMV_WAVES");
 }
 
 /* Rows of n with a residual: each width takes one of the kernel's forms (4 values a thread up to 4096, 8, 16). */
