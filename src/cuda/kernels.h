@@ -90,9 +90,9 @@ void kiln_cuda_f32_to_f16(const float *x, void *dst_f16, int64_t n, cudaStream_t
 /* out = silu(gate) * up, n elements (the prefill path, after two GEMMs). */
 void kiln_cuda_swiglu(const float *gate, const float *up, float *out, int64_t n, cudaStream_t stream);
 
-/* For each of n_rows rows of n (at most KILN_CUDA_NORM_MAX): if residual, x += residual first (stored back into x);
- * then out = x / sqrt(mean(x^2) + eps) * w. When out_q is non-NULL the normed row is also quantized to Q8_1 (n a
- * multiple of 32), saving a launch before the next GEMV. */
+/* For each of n_rows rows of n (a multiple of 4, at most KILN_CUDA_NORM_MAX; rows 16-byte aligned): if residual,
+ * x += residual first (stored back into x); then out = x / sqrt(mean(x^2) + eps) * w. When out_q is non-NULL the
+ * normed row is also quantized to Q8_1 (n a multiple of 32), saving a launch before the next GEMV. */
 #define KILN_CUDA_NORM_MAX 16384
 void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n, int n_rows,
                        float eps, cudaStream_t stream);

@@ -271,7 +271,8 @@ static void test_gemv_mixed(void **state) {
     unsetenv("KILN_CUDA_GEMV_WAVES");
 }
 
-/* Rows of n with a residual: each width takes one of the kernel's forms (4 values a thread up to 4096, 8, 16). */
+/* Rows of n with a residual: each width takes one of the kernel's forms (a run of 4 values a thread up to 4096,
+ * two runs, four). */
 static void check_rmsnorm(int n) {
     const int rows = 3;
     size_t bytes = sizeof(float) * n * rows;
@@ -301,7 +302,14 @@ static void check_rmsnorm(int n) {
     assert_true(rel_err(xo, ref_x, (size_t)n * rows) < 1e-6);
     assert_true(rel_err(out, ref, (size_t)n * rows) < 1e-5);
     assert_true(rel_err(qb, ref, (size_t)n * rows) < 1e-2);
-    free(x), free(res), free(w), free(out), free(xo), free(qb), free(ref), free(ref_x), free(q);
+    /* the Q8_1 is the very bytes the quantize kernel makes of the normed rows */
+    uint8_t *q2 = malloc(Q8_1_BYTES(n * rows));
+    void *dq2 = gpu_alloc(Q8_1_BYTES(n * rows));
+    kiln_cuda_quantize_q8_1(dout, dq2, n, rows, 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(q2, dq2, Q8_1_BYTES(n * rows), cudaMemcpyDeviceToHost));
+    assert_memory_equal(q, q2, Q8_1_BYTES(n * rows));
+    free(x), free(res), free(w), free(out), free(xo), free(qb), free(ref), free(ref_x), free(q), free(q2);
     gpu_free_all();
 }
 
