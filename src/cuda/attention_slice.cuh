@@ -52,21 +52,36 @@ __device__ __forceinline__ float rope_rotate(const kiln_cuda_rope_args &r, rope_
 }
 
 /* Dim d of the merged attention output of one (token, head) from its first n_slices slices at p (max, sum,
- * accumulators; read through L2, since the decode form merges in the block that arrives last). */
+ * accumulators; read through L2, since the decode form merges in the block that arrives last). Slices go in runs of
+ * MERGE_RUN whose loads are all issued before any arithmetic: one L2 round trip a run (with a pass for the maximum and
+ * then one for the sums, each exponential waited for its loads while the next slices' loads queued behind it: three
+ * to four round trips for 8 slices, in the SASS). Runs after the first rescale what came before to the new maximum;
+ * up to MERGE_RUN slices the arithmetic is the two passes', in the same order. */
+#define MERGE_RUN 8
 __device__ __forceinline__ float merge_slices(const kiln_cuda_attn_args &a, const float *p, int d, int n_slices) {
     int stride = a.head_dim + 2;
-    float mx = -INFINITY;
-    /* unrolled so that the loads of several slices are in flight at once: this is a chain of L2 round trips */
-#pragma unroll 8
-    for (int s = 0; s < n_slices; s++) mx = fmaxf(mx, __ldcg(p + s * stride));
-    float num = 0.0f, den = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < n_slices; s++) {
-        const float *ps = p + s * stride;
-        float ms = __ldcg(ps), acc = __ldcg(ps + 2 + d), sum = __ldcg(ps + 1);
-        float w = ms == -INFINITY ? 0.0f : expf(ms - mx); /* an empty slice, whose acc and sum are zeros */
-        num += acc * w;
-        den += sum * w;
+    float mx = -INFINITY, num = 0.0f, den = 0.0f;
+    for (int s0 = 0; s0 < n_slices; s0 += MERGE_RUN) {
+        float ms[MERGE_RUN], acc[MERGE_RUN], sum[MERGE_RUN];
+#pragma unroll
+        for (int i = 0; i < MERGE_RUN; i++) {
+            const float *ps = p + (s0 + i) * stride;
+            bool in = s0 + i < n_slices;
+            ms[i] = in ? __ldcg(ps) : -INFINITY, sum[i] = in ? __ldcg(ps + 1) : 0.0f;
+            acc[i] = in ? __ldcg(ps + 2 + d) : 0.0f;
+        }
+        float run_max = mx;
+#pragma unroll
+        for (int i = 0; i < MERGE_RUN; i++) run_max = fmaxf(run_max, ms[i]);
+        float rescale = mx == -INFINITY ? 0.0f : expf(mx - run_max); /* nothing summed yet, or the old max's share */
+        num *= rescale, den *= rescale;
+#pragma unroll
+        for (int i = 0; i < MERGE_RUN; i++) {
+            float w = ms[i] == -INFINITY ? 0.0f : expf(ms[i] - run_max); /* an empty slice: acc and sum are zeros */
+            num += acc[i] * w;
+            den += sum[i] * w;
+        }
+        mx = run_max;
     }
     return num / den;
 }

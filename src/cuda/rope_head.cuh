@@ -22,15 +22,25 @@ __device__ __forceinline__ void rope_store_head(const A &a, int head, int t, int
     const float *ks = k + (int64_t)t * kv_dim + off;
     const float *bias = is_q ? (bq ? bq + off : nullptr) : (bk ? bk + off : nullptr);
     int half_rope = a.rope_dim / 2;
+    const float *vs = v + (int64_t)t * kv_dim + off;
     for (int i = threadIdx.x; i < a.head_dim / 2; i += blockDim.x) {
         int i0, i1; /* the two dims this thread owns */
         if (i < half_rope && a.neox) i0 = i, i1 = i + half_rope;
         else i0 = 2 * i, i1 = 2 * i + 1;
+        /* every load first (the value rows too), so the stage waits for memory once: a store whose value waits on a
+         * load holds back the instructions behind it, loads included */
         float x0 = is_q ? src[i0] : ks[i0], x1 = is_q ? src[i1] : ks[i1];
-        if (bias) x0 += bias[i0], x1 += bias[i1];
+        float b0 = bias ? bias[i0] : 0.0f, b1 = bias ? bias[i1] : 0.0f;
+        float v0 = 0.0f, v1 = 0.0f, c0 = 0.0f, c1 = 0.0f;
+        if (!is_q) {
+            v0 = vs[2 * i], v1 = vs[2 * i + 1];
+            if (bv) c0 = bv[off + 2 * i], c1 = bv[off + 2 * i + 1];
+        }
+        float freq = i < half_rope ? a.freq[i] : 0.0f;
+        if (bias) x0 += b0, x1 += b1;
         if (i < half_rope) {
             float s, c;
-            sincosf((float)pos * a.freq[i], &s, &c);
+            sincosf((float)pos * freq, &s, &c);
             float r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
             x0 = r0, x1 = r1;
         }
@@ -38,9 +48,7 @@ __device__ __forceinline__ void rope_store_head(const A &a, int head, int t, int
             src[i0] = x0 * a.q_scale, src[i1] = x1 * a.q_scale;
         } else {
             kc[i0] = __float2half(x0), kc[i1] = __float2half(x1);
-            const float *vs = v + (int64_t)t * kv_dim + off;
-            float v0 = vs[2 * i], v1 = vs[2 * i + 1];
-            if (bv) v0 += bv[off + 2 * i], v1 += bv[off + 2 * i + 1];
+            if (bv) v0 += c0, v1 += c1;
             vc[2 * i] = __float2half(v0), vc[2 * i + 1] = __float2half(v1);
         }
     }
