@@ -282,16 +282,26 @@ static int launch_float(const kiln_cuda_matrix *m, const uint8_t *w_up, const fl
 
 /* Blocks of KERNEL that the GPU holds at once: the first wave, whose early prefetch lands before their loads; later
  * blocks start as earlier ones finish and would only ask for what they are about to load. */
+/* The device's SM count, 0 where it cannot be read. */
+static int sm_count() {
+    static int sms = -1;
+    if (sms < 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms = 0;
+    }
+    return sms;
+}
+
 template <auto KERNEL>
 static int first_wave() {
     static int blocks = -1;
     if (blocks < 0) {
-        int dev = 0, sms = 0, per_sm = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, 32 * GEMV_ROWS_PER_BLOCK, 0) != cudaSuccess)
-            sms = per_sm = 0;
-        blocks = sms * per_sm;
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, 32 * GEMV_ROWS_PER_BLOCK, 0) != cudaSuccess)
+            per_sm = 0;
+        blocks = sm_count() * per_sm;
     }
     return blocks;
 }
@@ -335,14 +345,9 @@ static int parts_per_batch(int n_parts, int split) {
  * of 128 parts or more, more than one wave at GEMV_MIN_BLOCKS (or as KILN_CUDA_GEMV_WAVES says; read at launch, like
  * KILN_CUDA_GEMV_BATCH). */
 static bool wide_launch(int blocks, int n_parts) {
-    static int sms = -1;
-    if (sms < 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))
-            sms = 0;
-    }
     const char *e = getenv("KILN_CUDA_GEMV_WAVES");
     if (e && *e) return atoi(e) == 1;
+    int sms = sm_count();
     return sms > 0 && n_parts >= 128 && blocks > GEMV_MIN_BLOCKS * sms;
 }
 
@@ -438,8 +443,10 @@ static void launch_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, co
     }
     int n_parts = ms[0]->k / 32, batch = parts_per_batch(n_parts, 1);
     int bytes = F1::block_bytes > F2::block_bytes ? F1::block_bytes : F2::block_bytes;
-    if (wide_launch(blocks, n_parts)) launch_mixed_as<F1, F2, 2, 2, GEMV_WIDE_MIN_BLOCKS>(blocks, bytes, stream, job, n_parts, xq);
-    else if (mixed_batch<F1>(batch) == 4) launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, n_parts, xq);
+    if (wide_launch(blocks, n_parts))
+        launch_mixed_as<F1, F2, 2, 2, GEMV_WIDE_MIN_BLOCKS>(blocks, bytes, stream, job, n_parts, xq);
+    else if (mixed_batch<F1>(batch) == 4)
+        launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, n_parts, xq);
     else launch_mixed_as<F1, F2, 2, 2>(blocks, bytes, stream, job, n_parts, xq);
 }
 
