@@ -125,13 +125,43 @@ __device__ void norm_by_last_block(const kiln_cuda_norm_args &a, const float *x,
     }
 }
 
+/* The weights of a lane's batch of parts u0, u0 + 32 * SPLIT, ... (of both matrices with SWIGLU): their loads
+ * only, all issued before dot_batch waits for any. */
+template <class F, bool SWIGLU, int SPLIT, int BATCH>
+__device__ __forceinline__ void load_batch(const qtensor &w, const qtensor &up, int64_t g0, int u0, int end,
+                                           kraw (&ra)[BATCH], kraw (&rb)[BATCH], int (&uc)[BATCH]) {
+#pragma unroll
+    for (int i = 0; i < BATCH; i++) {
+        uc[i] = min(u0 + 32 * SPLIT * i, end - 1);
+        int64_t g = g0 + uc[i] / F::parts;
+        F::load(w, g, uc[i] % F::parts, ra[i]);
+        if (SWIGLU) F::load(up, g, uc[i] % F::parts, rb[i]);
+    }
+}
+
+template <class F, bool SWIGLU, int SPLIT, int BATCH>
+__device__ __forceinline__ void dot_batch(const kraw (&ra)[BATCH], const kraw (&rb)[BATCH], const int (&uc)[BATCH],
+                                          int u0, int end, const q8_1_view &x, float &a, float &b) {
+    __syncwarp(); /* keeps the batch's loads before it: left alone, the compiler moves each next to its first use */
+#pragma unroll
+    for (int i = 0; i < BATCH; i++) {
+        bool in_row = u0 + 32 * SPLIT * i < end;
+        float da = dot_loaded<F>(ra[i], uc[i] % F::parts, x, uc[i]);
+        a += in_row ? da : 0.0f;
+        if (SWIGLU) {
+            float db = dot_loaded<F>(rb[i], uc[i] % F::parts, x, uc[i]);
+            b += in_row ? db : 0.0f;
+        }
+    }
+}
+
 /* SPLIT warps per row (each takes every SPLIT-th run of 32 parts; long rows, like the FFN down projection's, then
  * keep more loads in flight). A lane dots BATCH parts of a row (of each matrix, with SWIGLU) in one go: the batch is
  * one branch-free block, so all its weight loads are issued before the first product waits for DRAM (a loop of one
  * part at a time, even unrolled, has an exit test between parts, and each part's loads waited for the previous
  * part's). Parts past the row's end read its last part again, always in bounds, and count for nothing. The matrix
  * is picked with constant indices: a run-time index into the parameter arrays would copy them to local memory. */
-template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH>
+template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH, bool EARLY>
 __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
     qtensor w = job.w[0];
     float *y = job.y[0];
@@ -147,34 +177,36 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         prefetch_blocks<F>(w, g0, g1);
         if (SWIGLU) prefetch_blocks<F>(up, g0, g1);
     }
-    pdl_wait_and_release();
-    /* with SPLIT > 1 or a last-block step to follow, every warp must reach the barriers below */
-    if (SPLIT == 1 && row >= n && !NORM) return;
+    constexpr int STEP = 32 * SPLIT * BATCH;
+    float a = 0.0f, b = 0.0f;
+    int u_first = 32 * slice + threadIdx.x; /* the lane's first part */
+    /* The weights do not depend on the previous kernel: with EARLY, the first batch is loaded before waiting for
+     * it, so a warp resident early (the first wave) finds its first parts in registers when the wait ends and has
+     * only the activations to read from L2. */
+    if constexpr (EARLY) {
+        kraw ra[BATCH], rb[BATCH];
+        int uc[BATCH];
+        int64_t g0 = (int64_t)row * (n_parts / F::parts);
+        int end = row < n ? n_parts : 0;
+        bool any = 32 * slice < end; /* the warp goes round together */
+        if (any) load_batch<F, SWIGLU, SPLIT, BATCH>(w, up, g0, u_first, end, ra, rb, uc);
+        pdl_wait_and_release();
+        if (SPLIT == 1 && row >= n && !NORM) return; /* as below */
+        if (any) dot_batch<F, SWIGLU, SPLIT, BATCH>(ra, rb, uc, u_first, end, q8_1_at(xq, (int64_t)n_parts * 32), a, b);
+        u_first += STEP;
+    } else {
+        pdl_wait_and_release();
+        /* with SPLIT > 1 or a last-block step to follow, every warp must reach the barriers below */
+        if (SPLIT == 1 && row >= n && !NORM) return;
+    }
     q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
     int64_t g0 = (int64_t)row * (n_parts / F::parts); /* the row's first block */
     int lane = threadIdx.x, end = row < n ? n_parts : 0;
-    float a = 0.0f, b = 0.0f;
-    for (int u0 = 32 * slice + lane; u0 - lane < end; u0 += 32 * SPLIT * BATCH) { /* the warp goes round together */
+    for (int u0 = u_first; u0 - lane < end; u0 += STEP) { /* the warp goes round together */
         kraw ra[BATCH], rb[BATCH];
         int uc[BATCH];
-#pragma unroll
-        for (int i = 0; i < BATCH; i++) {
-            uc[i] = min(u0 + 32 * SPLIT * i, end - 1);
-            int64_t g = g0 + uc[i] / F::parts;
-            F::load(w, g, uc[i] % F::parts, ra[i]);
-            if (SWIGLU) F::load(up, g, uc[i] % F::parts, rb[i]);
-        }
-        __syncwarp(); /* keeps the loads above: left alone, the compiler moves each next to its first use */
-#pragma unroll
-        for (int i = 0; i < BATCH; i++) {
-            bool in_row = u0 + 32 * SPLIT * i < end;
-            float da = dot_loaded<F>(ra[i], uc[i] % F::parts, x, uc[i]);
-            a += in_row ? da : 0.0f;
-            if (SWIGLU) {
-                float db = dot_loaded<F>(rb[i], uc[i] % F::parts, x, uc[i]);
-                b += in_row ? db : 0.0f;
-            }
-        }
+        load_batch<F, SWIGLU, SPLIT, BATCH>(w, up, g0, u0, end, ra, rb, uc);
+        dot_batch<F, SWIGLU, SPLIT, BATCH>(ra, rb, uc, u0, end, x, a, b);
     }
     a = warp_sum(a);
     if (SWIGLU) b = warp_sum(b);
@@ -194,10 +226,22 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
     if (NORM) norm_by_last_block(ex.norm, y, n);
 }
 
+/* Whether a form loads its first batch before the wait (gemv_rows' EARLY): batches of up to GEMV_EARLY_WORDS
+ * loaded words (Q4_K's gate/up pair, Q6_K's two parts), and in the wide form (64 registers) not the gate/up pair.
+ * Beyond, the batch held across the wait spilled: Q6_K's gate/up pair 148 bytes, Q5_K's 260, Q4_K's pair in the
+ * wide form 76, and with that pair early llama3-8b's tg128 lost 7.4% on H100. Measured on H100 (tg128, alternating
+ * with the build before): qwen2-1.5b 1176-1179 tok/s against 1168-1170, llama3-8b 454.6 against 450.3-451.1. */
+#define GEMV_EARLY_WORDS 48
+
+template <class F, bool SWIGLU, int BATCH, int MIN_BLOCKS>
+__host__ __device__ constexpr bool early_batch() {
+    return (MIN_BLOCKS < GEMV_WIDE_MIN_BLOCKS || !SWIGLU) && BATCH * F::raw_words * (SWIGLU ? 2 : 1) <= GEMV_EARLY_WORDS;
+}
+
 template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_q_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
-    gemv_rows<F, SWIGLU, SPLIT, NORM, BATCH>(job, ex, n_parts, xq);
+    gemv_rows<F, SWIGLU, SPLIT, NORM, BATCH, early_batch<F, SWIGLU, BATCH, MIN_BLOCKS>()>(job, ex, n_parts, xq);
 }
 
 /* Three matrices whose last is of another type (Q and K in F1, V in F2: Q4_K_M and Q5_K_M keep V in Q6_K in some
@@ -205,8 +249,9 @@ __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
 template <class F1, int BATCH1, class F2, int BATCH2, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_q_mixed_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
-    if ((int)blockIdx.x < job.first[2]) gemv_rows<F1, false, 1, false, BATCH1>(job, ex, n_parts, xq);
-    else gemv_rows<F2, false, 1, false, BATCH2>(job, ex, n_parts, xq);
+    constexpr bool early = early_batch<F1, false, BATCH1, MIN_BLOCKS>() && early_batch<F2, false, BATCH2, MIN_BLOCKS>();
+    if ((int)blockIdx.x < job.first[2]) gemv_rows<F1, false, 1, false, BATCH1, early>(job, ex, n_parts, xq);
+    else gemv_rows<F2, false, 1, false, BATCH2, early>(job, ex, n_parts, xq);
 }
 
 template <kiln_type T>
