@@ -44,6 +44,7 @@ struct kiln_cuda_context {
     int n_ahead;
     int32_t ahead_token, ahead_pos;
     float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
+    void *argmax_scratch;
     void *act_q;       /* Q8_1 of the current GEMV input (one token) */
     void *act_f16;     /* F16 of the current GEMM input (a batch) */
     void *w_f16;       /* F16 staging of one weight matrix (a batch) */
@@ -101,6 +102,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
         {(void **)&c->ff, sizeof(float) * T * cfg->n_ff},
         {(void **)&c->ff2, sizeof(float) * T * cfg->n_ff},
         {(void **)&c->logits, sizeof(float) * cfg->n_vocab},
+        {&c->argmax_scratch, kiln_cuda_argmax_scratch_bytes(cfg->n_vocab)},
         {(void **)&c->part, sizeof(float) * splits_x_tokens * cfg->n_head * (cfg->head_dim + 2)},
         {&c->act_q, widest / 32 * Q8_1_BYTES},
         {&c->act_f16, T > 1 ? 2 * T * widest : 0},
@@ -257,7 +259,7 @@ void kiln_cuda_context_free(kiln_cuda_context *c) {
             if (c->graph[i][s]) cudaGraphExecDestroy(c->graph[i][s]);
     if (c->blas) cublasDestroy(c->blas);
     kiln_cuda_debug_free(c->debug);
-    void *bufs[] = {c->d_io, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits,
+    void *bufs[] = {c->d_io, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits, c->argmax_scratch,
                     c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache, c->counters, c->d_layers};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < 2; i++)
@@ -443,7 +445,7 @@ static int forward(kiln_cuda_context *c, int T, bool greedy) {
     if (kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;
     mark(c, KILN_OP_ARGMAX, top, 0, greedy);
     if (greedy) {
-        kiln_cuda_argmax(c->logits, cfg->n_vocab, c->d_tokens, c->stream);
+        kiln_cuda_argmax(c->logits, cfg->n_vocab, c->argmax_scratch, c->d_tokens, c->stream);
         kiln_cuda_advance_pos(c->d_pos, 1, c->stream);
     }
     mark(c, KILN_OP_COUNT, top, 0, greedy);

@@ -195,8 +195,10 @@ bool kiln_cuda_decode_layers_supported(const kiln_cuda_decode_layer *layers, int
 
 int kiln_cuda_decode_layers(const kiln_cuda_decode_args *a, cudaStream_t stream);
 
-/* d_out[0] = index of the largest of x[0..n) (the lowest index among equals). */
-void kiln_cuda_argmax(const float *x, int n, int32_t *d_out, cudaStream_t stream);
+/* d_out[0] = index of the largest of x[0..n) (the lowest index among equals). scratch: device memory of
+ * kiln_cuda_argmax_scratch_bytes(n) bytes. */
+size_t kiln_cuda_argmax_scratch_bytes(int n);
+void kiln_cuda_argmax(const float *x, int n, void *scratch, int32_t *d_out, cudaStream_t stream);
 
 /* *d_pos += delta on the device (the last node of a captured decode step). */
 void kiln_cuda_advance_pos(int32_t *d_pos, int delta, cudaStream_t stream);

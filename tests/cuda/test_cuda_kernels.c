@@ -544,23 +544,39 @@ static void test_attention_decode(void **state) {
     }
 }
 
-static void test_argmax(void **state) {
-    SKIP_WITHOUT_GPU();
-    const int n = 49153;
+/* Against the host's choice: a planted maximum anywhere, a tie (the lower index wins), every value -inf (index 0);
+ * widths that leave the last block part-filled, and the vocabulary of qwen2-1.5b. */
+static void check_argmax(int n) {
     float *x = malloc(sizeof(float) * n);
-    for (int round = 0; round < 3; round++) {
+    void *scratch = gpu_alloc(kiln_cuda_argmax_scratch_bytes(n));
+    int32_t *dout = gpu_alloc(sizeof(int32_t));
+    float *dx = gpu_alloc(sizeof(float) * n);
+    for (int round = 0; round < 4; round++) {
         rng_fill(x, n, 10.0f);
         int want = (int)((rng_uniform() + 1.0f) * 0.5f * (n - 1));
         x[want] = 11.0f;
-        if (round == 2) x[n - 1] = 11.0f; /* a tie: the lower index wins */
-        int32_t got = -1, *dout = gpu_alloc(sizeof(int32_t));
-        kiln_cuda_argmax(gpu_upload(x, sizeof(float) * n), n, dout, 0);
+        if (round == 2) x[n - 1] = 11.0f, x[0] = 11.0f, want = 0;
+        if (round == 3) {
+            for (int i = 0; i < n; i++) x[i] = -INFINITY;
+            want = 0;
+        }
+        int32_t got = -1;
+        CUDA_OK(cudaMemcpy(dx, x, sizeof(float) * n, cudaMemcpyHostToDevice));
+        kiln_cuda_argmax(dx, n, scratch, dout, 0);
         CUDA_SYNC();
         CUDA_OK(cudaMemcpy(&got, dout, sizeof got, cudaMemcpyDeviceToHost));
         assert_int_equal(got, want);
-        gpu_free_all();
     }
     free(x);
+    gpu_free_all();
+}
+
+static void test_argmax(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_argmax(1);
+    check_argmax(2049);
+    check_argmax(49153);
+    check_argmax(151936);
 }
 
 #define TYPE_TEST(t) cmocka_unit_test_prestate(test_type, (void *)(intptr_t)(t))
