@@ -101,7 +101,8 @@ void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *o
  * rotates the first rope_dim dims of each q and k head by pos * freq[i] (pairs (2i, 2i+1) for normal rope, (i,
  * i + rope_dim/2) for NeoX), scales q by q_scale, and stores k and v as F16 into the cache rows at their positions.
  * q: [n_tokens][n_head * head_dim] (rotated in place), k, v: [n_tokens][n_head_kv * head_dim].
- * k_cache, v_cache: [n_head_kv][n_ctx][head_dim] halves. freq: rope_dim/2 floats on the device. */
+ * k_cache, v_cache: [n_head_kv][n_ctx][head_dim] halves. freq: rope_dim/2 floats on the device. head_dim even, at
+ * most 2048 (a thread per pair of dims). */
 typedef struct kiln_cuda_rope_args {
     int n_head, n_head_kv, head_dim, rope_dim, n_ctx;
     bool neox;

@@ -14,19 +14,24 @@ template <int QUADS>
 __global__ void __launch_bounds__(1024)
     rmsnorm_kernel(float *x, const float *residual, const float *w, float *out, int8_t *out_q, int n, int n_rows,
                    float eps) {
-    pdl_wait_and_release();
     int64_t base = (int64_t)blockIdx.x * n;
     int n4 = n / 4;
     float4 *x4 = (float4 *)(x + base);
     const float4 *r4 = residual ? (const float4 *)(residual + base) : nullptr, *w4 = (const float4 *)w;
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float4 v[QUADS], wv[QUADS], r[QUADS];
+    /* the weights before the wait: no kernel of a step writes them, and they come from DRAM where x comes from L2 */
+#pragma unroll
+    for (int j = 0; j < QUADS; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        wv[j] = i < n4 ? w4[i] : zero;
+    }
+    pdl_wait_and_release();
 #pragma unroll
     for (int j = 0; j < QUADS; j++) {
         int i = threadIdx.x + j * blockDim.x;
         v[j] = i < n4 ? x4[i] : zero;
         r[j] = residual && i < n4 ? r4[i] : zero;
-        wv[j] = i < n4 ? w4[i] : zero;
     }
     float ss = 0.0f;
 #pragma unroll
