@@ -39,10 +39,9 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_blocks_kernel(const flo
         v[j] = i < n ? x[i] : -INFINITY;
     }
     float bv = -INFINITY;
-    int bi = n; /* beaten by any real index, also when every value is -inf */
+    int bi = n; /* beaten by any real index, also when every value is -inf; never by one past the end */
 #pragma unroll
-    for (int j = 0; j < ARGMAX_PER_THREAD; j++)
-        if (base + j * ARGMAX_THREADS < n) keep_best(bv, bi, v[j], base + j * ARGMAX_THREADS);
+    for (int j = 0; j < ARGMAX_PER_THREAD; j++) keep_best(bv, bi, v[j], base + j * ARGMAX_THREADS);
     warp_best(bv, bi);
     __shared__ argmax_best warps[ARGMAX_THREADS / 32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

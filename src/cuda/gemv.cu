@@ -186,13 +186,16 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
     if constexpr (EARLY) {
         kraw ra[BATCH], rb[BATCH];
         int uc[BATCH];
+        /* g0 and end as below, computed here too: declared before the wait for every form, they changed the plain
+         * forms' register allocation (the wide gate/up form from 4 to 76 bytes of spills) */
         int64_t g0 = (int64_t)row * (n_parts / F::parts);
         int end = row < n ? n_parts : 0;
         bool any = 32 * slice < end; /* the warp goes round together */
         if (any) load_batch<F, SWIGLU, SPLIT, BATCH>(w, up, g0, u_first, end, ra, rb, uc);
         pdl_wait_and_release();
         if (SPLIT == 1 && row >= n && !NORM) return; /* as below */
-        if (any) dot_batch<F, SWIGLU, SPLIT, BATCH>(ra, rb, uc, u_first, end, q8_1_at(xq, (int64_t)n_parts * 32), a, b);
+        q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
+        if (any) dot_batch<F, SWIGLU, SPLIT, BATCH>(ra, rb, uc, u_first, end, x, a, b);
         u_first += STEP;
     } else {
         pdl_wait_and_release();
@@ -325,8 +328,6 @@ static int launch_float(const kiln_cuda_matrix *m, const uint8_t *w_up, const fl
     }
 }
 
-/* Blocks of KERNEL that the GPU holds at once: the first wave, whose early prefetch lands before their loads; later
- * blocks start as earlier ones finish and would only ask for what they are about to load. */
 /* The device's SM count, 0 where it cannot be read. */
 static int sm_count() {
     static int sms = -1;
@@ -339,6 +340,8 @@ static int sm_count() {
     return sms;
 }
 
+/* Blocks of KERNEL that the GPU holds at once: the first wave, whose early prefetch lands before their loads; later
+ * blocks start as earlier ones finish and would only ask for what they are about to load. */
 template <auto KERNEL>
 static int first_wave() {
     static int blocks = -1;
