@@ -1,5 +1,5 @@
-/* Greedy selection on the device, so only a token id crosses to the host; and the position counter a captured
- * decode step advances. */
+/* Greedy selection on the device, so only a token id crosses to the host; the thread that writes the id may also
+ * advance a captured decode step's position. */
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
 
@@ -54,28 +54,23 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_blocks_kernel(const flo
     if (lane == 0) best[blockIdx.x] = argmax_best{bv, bi};
 }
 
-__global__ void argmax_final_kernel(const argmax_best *best, int n_blocks, int n, int32_t *out) {
+__global__ void argmax_final_kernel(const argmax_best *best, int n_blocks, int n, int32_t *out, int32_t *advance) {
     pdl_wait_and_release();
     float bv = -INFINITY;
     int bi = n;
     for (int b = threadIdx.x; b < n_blocks; b += 32) keep_best(bv, bi, best[b].v, best[b].i);
     warp_best(bv, bi);
-    if (threadIdx.x == 0) *out = bi < n ? bi : 0;
+    if (threadIdx.x == 0) {
+        *out = bi < n ? bi : 0;
+        if (advance) *advance += 1;
+    }
 }
 
 extern "C" size_t kiln_cuda_argmax_scratch_bytes(int n) { return sizeof(argmax_best) * (size_t)div_up(n, ARGMAX_SPAN); }
 
-extern "C" void kiln_cuda_argmax(const float *x, int n, void *scratch, int32_t *d_out, cudaStream_t stream) {
+extern "C" void kiln_cuda_argmax(const float *x, int n, void *scratch, int32_t *d_out, int32_t *d_advance,
+                                 cudaStream_t stream) {
     int blocks = div_up(n, ARGMAX_SPAN);
     launch_pdl(argmax_blocks_kernel, blocks, ARGMAX_THREADS, stream, x, n, (argmax_best *)scratch);
-    launch_pdl(argmax_final_kernel, 1, 32, stream, (const argmax_best *)scratch, blocks, n, d_out);
-}
-
-__global__ void advance_pos_kernel(int32_t *pos, int delta) {
-    pdl_wait_and_release();
-    *pos += delta;
-}
-
-extern "C" void kiln_cuda_advance_pos(int32_t *d_pos, int delta, cudaStream_t stream) {
-    launch_pdl(advance_pos_kernel, 1, 1, stream, d_pos, delta);
+    launch_pdl(argmax_final_kernel, 1, 32, stream, (const argmax_best *)scratch, blocks, n, d_out, d_advance);
 }

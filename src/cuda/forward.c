@@ -445,8 +445,7 @@ static int forward(kiln_cuda_context *c, int T, bool greedy) {
     if (kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;
     mark(c, KILN_OP_ARGMAX, top, 0, greedy);
     if (greedy) {
-        kiln_cuda_argmax(c->logits, cfg->n_vocab, c->argmax_scratch, c->d_tokens, c->stream);
-        kiln_cuda_advance_pos(c->d_pos, 1, c->stream);
+        kiln_cuda_argmax(c->logits, cfg->n_vocab, c->argmax_scratch, c->d_tokens, c->d_pos, c->stream);
     }
     mark(c, KILN_OP_COUNT, top, 0, greedy);
     return 0;

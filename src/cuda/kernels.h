@@ -197,12 +197,11 @@ bool kiln_cuda_decode_layers_supported(const kiln_cuda_decode_layer *layers, int
 int kiln_cuda_decode_layers(const kiln_cuda_decode_args *a, cudaStream_t stream);
 
 /* d_out[0] = index of the largest of x[0..n) (the lowest index among equals). scratch: device memory of
- * kiln_cuda_argmax_scratch_bytes(n) bytes. */
+ * kiln_cuda_argmax_scratch_bytes(n) bytes. d_advance, when not NULL, is incremented by the thread that writes the
+ * id: the position of a captured greedy step, which every earlier kernel of the step has finished reading (one
+ * launch a step fewer than a kernel of its own). */
 size_t kiln_cuda_argmax_scratch_bytes(int n);
-void kiln_cuda_argmax(const float *x, int n, void *scratch, int32_t *d_out, cudaStream_t stream);
-
-/* *d_pos += delta on the device (the last node of a captured decode step). */
-void kiln_cuda_advance_pos(int32_t *d_pos, int delta, cudaStream_t stream);
+void kiln_cuda_argmax(const float *x, int n, void *scratch, int32_t *d_out, int32_t *d_advance, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -545,11 +545,12 @@ static void test_attention_decode(void **state) {
 }
 
 /* Against the host's choice: a planted maximum anywhere, a tie (the lower index wins), every value -inf (index 0);
- * widths that leave the last block part-filled, and the vocabulary of qwen2-1.5b. */
+ * widths that leave the last block part-filled, and the vocabulary of qwen2-1.5b. A counter passed as d_advance
+ * goes up by one a call. */
 static void check_argmax(int n) {
     float *x = malloc(sizeof(float) * n);
     void *scratch = gpu_alloc(kiln_cuda_argmax_scratch_bytes(n));
-    int32_t *dout = gpu_alloc(sizeof(int32_t));
+    int32_t *dout = gpu_alloc(sizeof(int32_t)), start = 7, *dcount = gpu_upload(&start, sizeof start);
     float *dx = gpu_alloc(sizeof(float) * n);
     for (int round = 0; round < 4; round++) {
         rng_fill(x, n, 10.0f);
@@ -562,11 +563,14 @@ static void check_argmax(int n) {
         }
         int32_t got = -1;
         CUDA_OK(cudaMemcpy(dx, x, sizeof(float) * n, cudaMemcpyHostToDevice));
-        kiln_cuda_argmax(dx, n, scratch, dout, 0);
+        kiln_cuda_argmax(dx, n, scratch, dout, round & 1 ? dcount : NULL, 0);
         CUDA_SYNC();
         CUDA_OK(cudaMemcpy(&got, dout, sizeof got, cudaMemcpyDeviceToHost));
         assert_int_equal(got, want);
     }
+    int32_t count = 0;
+    CUDA_OK(cudaMemcpy(&count, dcount, sizeof count, cudaMemcpyDeviceToHost));
+    assert_int_equal(count, start + 2);
     free(x);
     gpu_free_all();
 }
