@@ -22,8 +22,8 @@
  * launches gained 1.2% where 8 gained 5.5% (one run, each against a context of its size). On
  * qwen2-1.5b (rows of 1536; only gate/up, 2240 blocks, and the head pass one wave) the form lost 1.3% (1076.7
  * against 1090.5 without it), and 2.3% used everywhere: with a part or two a lane, a warp's loads are all out at
- * once in either form, and the tighter budget costs. KILN_CUDA_GEMV_WAVES=1 always and =0 never take it, for
- * comparisons. */
+ * once in either form, and the tighter budget costs; its head alone gains in it (wide_launch).
+ * KILN_CUDA_GEMV_WAVES=1 always and =0 never take it, for comparisons. */
 #define GEMV_WIDE_MIN_BLOCKS 8
 #define GEMV_PREFETCH_MB 4.0
 
@@ -389,14 +389,17 @@ static int parts_per_batch(int n_parts, int split) {
     return forced == 4 || per_lane <= 4 ? 4 : 2;
 }
 
-/* Whether a launch of `blocks` over rows of n_parts takes the form built for GEMV_WIDE_MIN_BLOCKS blocks an SM: rows
- * of 128 parts or more, more than one wave at GEMV_MIN_BLOCKS (or as KILN_CUDA_GEMV_WAVES says; read at launch, like
- * KILN_CUDA_GEMV_BATCH). */
-static bool wide_launch(int blocks, int n_parts) {
+/* Whether a launch of `blocks` over rows of n_parts takes the form built for GEMV_WIDE_MIN_BLOCKS blocks an SM: more
+ * than one wave at GEMV_MIN_BLOCKS, and for the gate/up pair rows of 128 parts or more (or as KILN_CUDA_GEMV_WAVES
+ * says; read at launch, like KILN_CUDA_GEMV_BATCH). One matrix of short rows past one wave is qwen2-1.5b's head
+ * (151,936 rows of 48 parts, one batch a warp, 48 waves at 6 blocks an SM, 36 at 8): on H100 its tg128 gained
+ * 0.7-0.9% with the wide form (1225.4 and 1228.1 tok/s against 1218.6 and 1217.3 for a control context in the same
+ * runs); qwen2-1.5b's gate/up pair in it lost (the line above GEMV_WIDE_MIN_BLOCKS). */
+static bool wide_launch(int blocks, int n_parts, bool swiglu) {
     const char *e = getenv("KILN_CUDA_GEMV_WAVES");
     if (e && *e) return atoi(e) == 1;
     int sms = sm_count();
-    return sms > 0 && n_parts >= 128 && blocks > GEMV_MIN_BLOCKS * sms;
+    return sms > 0 && (n_parts >= 128 || !swiglu) && blocks > GEMV_MIN_BLOCKS * sms;
 }
 
 /* Long rows past one wave: the two-part form for 8 blocks an SM (GEMV_WIDE_MIN_BLOCKS); else batch 4 where the
@@ -405,7 +408,7 @@ template <class F, bool SWIGLU, int SPLIT, bool NORM>
 static void launch_batched(int batch, int blocks, int rows_per_block, int row_bytes, cudaStream_t stream,
                            const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
     if constexpr (!NORM)
-        if (wide_launch(blocks, n_parts))
+        if (wide_launch(blocks, n_parts, SWIGLU))
             return launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 2, GEMV_WIDE_MIN_BLOCKS>>(
                 blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
     if constexpr (!SWIGLU && !NORM && SPLIT == 1 && F::raw_words <= GEMV_BATCH4_WORDS)
@@ -491,7 +494,7 @@ static void launch_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, co
     }
     int n_parts = ms[0]->k / 32, batch = parts_per_batch(n_parts, 1);
     int bytes = F1::block_bytes > F2::block_bytes ? F1::block_bytes : F2::block_bytes;
-    if (wide_launch(blocks, n_parts))
+    if (wide_launch(blocks, n_parts, false))
         launch_mixed_as<F1, F2, 2, 2, GEMV_WIDE_MIN_BLOCKS>(blocks, bytes, stream, job, n_parts, xq);
     else if (mixed_batch<F1>(batch) == 4)
         launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, n_parts, xq);
