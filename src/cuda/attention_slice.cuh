@@ -100,7 +100,7 @@ __device__ __forceinline__ void store_merged(float v, float *out, int8_t *out_q,
 
 /* A slice's result from the WARPS warps of a block, each with its running max m, sum l and accumulators acc (D = HD /
  * 32 dims a lane) over its share of the positions, rescaled to the largest max and written to out: max, sum, then HD
- * accumulators. Every thread of the block calls it. */
+ * accumulators. Every thread of the WARPS warps calls it. */
 template <int HD, int WARPS>
 __device__ __forceinline__ void write_slice(float m, float l, const float *acc, float *out) {
     constexpr int D = HD / 32;
@@ -109,7 +109,7 @@ __device__ __forceinline__ void write_slice(float m, float l, const float *acc, 
     if (lane == 0) sm[warp] = m, sl[warp] = l;
 #pragma unroll
     for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
-    __syncthreads();
+    sync_warps<WARPS>();
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < WARPS; w++) mx = fmaxf(mx, sm[w]);
@@ -188,15 +188,15 @@ __device__ __forceinline__ void store_head(const attn_decode &x, int n_head, int
  * the work of attn_decode above; when the context is one slice, the block writes the head's output itself (no part,
  * no count), otherwise the last block of a head to finish merges the head's slices. WAIT: the kernel has not waited
  * for the previous one yet; the first K/V rows that earlier steps wrote are loaded before pdl_wait_and_release, what
- * the previous kernels of this step wrote (q, k, v; the rows of this step's tokens) after. Every thread of the block
- * calls it; a block may call it again for another slice (the barrier at the top keeps the shared arrays of the
- * previous call until all have read them). */
+ * the previous kernels of this step wrote (q, k, v; the rows of this step's tokens) after. Every thread of the
+ * block's first WARPS warps calls it (its barriers leave any other warp out); a block may call it again for another
+ * slice (the barrier at the top keeps the shared arrays of the previous call until all have read them). */
 template <int HD, bool DECODE, int WARPS, bool WAIT>
 __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const float *q, const __half *k_cache,
                                            const __half *v_cache, int n_pos, float *part, const attn_decode &x,
                                            int head, int split, int t) {
     constexpr int D = HD / 32;
-    __syncthreads();
+    sync_warps<WARPS>();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int cur = n_pos - 1;
     /* slices of at least min_chunk positions: while the context is short, the later blocks find theirs empty */
@@ -290,12 +290,12 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
     if (DECODE && n_used == 1) { /* the whole context in this block: its combine is the head's output */
         __shared__ float whole[HD + 2];
         write_slice<HD, WARPS>(m, l, acc, whole);
-        __syncthreads();
+        sync_warps<WARPS>();
         store_head<HD, WARPS>(x, a.n_head, head, [&](int d) { return whole[2 + d] / whole[1]; });
         return;
     }
     write_slice<HD, WARPS>(m, l, acc, part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2));
-    if (!DECODE || !arrive_last(x.counters + head, n_used)) return;
+    if (!DECODE || !arrive_last<WARPS>(x.counters + head, n_used)) return;
     const float *ph = part + (int64_t)head * a.n_split * (HD + 2);
     store_head<HD, WARPS>(x, a.n_head, head, [&](int d) { return merge_slices(a, ph, d, n_used); });
 }

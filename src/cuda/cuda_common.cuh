@@ -43,20 +43,30 @@ __device__ __forceinline__ float block_sum(float v) {
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* A barrier of the block's first WARPS warps (named barrier 1), or of the whole block (WARPS 0). Where a block has
+ * WARPS warps the two are the same; the persistent decode step keeps its copy warp out of the barriers of the
+ * warps that compute. */
+template <int WARPS = 0>
+__device__ __forceinline__ void sync_warps() {
+    if constexpr (WARPS == 0) __syncthreads();
+    else asm volatile("bar.sync 1, %0;" ::"n"(32 * WARPS) : "memory");
+}
+
 /* Lets the block that finishes last of `expected` blocks do the step that needs all their results (a norm over the
  * whole output, the merge of attention slices), instead of a kernel launch of its own. Every thread of each block
  * calls it once, after its stores; it is true in the last block to arrive, which resets *counter for the next launch
  * (kernels of a stream run one after the other, PDL included, so one zeroed counter serves them all in turn). That
  * block must read the others' results with __ldcg: its L1 is not coherent with their stores. */
+template <int WARPS = 0>
 __device__ __forceinline__ bool arrive_last(unsigned *counter, unsigned expected) {
     __shared__ bool last;
     __threadfence(); /* this thread's stores reach the device before its block counts as arrived */
-    __syncthreads();
+    sync_warps<WARPS>();
     if (threadIdx.x == 0 && threadIdx.y == 0) {
         last = atomicAdd(counter, 1u) == expected - 1;
         if (last) *counter = 0;
     }
-    __syncthreads();
+    sync_warps<WARPS>();
     if (last) __threadfence();
     return last;
 }

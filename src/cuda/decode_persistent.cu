@@ -1,194 +1,309 @@
-/* The layers of a decode step as one persistent cooperative kernel (see kiln_cuda_decode_layers in kernels.h).
+/* The layers of a decode step as one persistent kernel (see kiln_cuda_decode_layers in kernels.h).
  *
  * Why: at batch 1 a layer of a small model reads its weights in a few microseconds, about what a kernel boundary
  * costs (launch, ramp-up of the first loads, the tail of the last blocks), so a step of ~10 launches a layer spends
- * most of its time between kernels. Here the grid stays resident, stages meet at grid-wide barriers, and the weights
- * of each warp's next rows are already on their way into L2 while it waits at a barrier.
+ * most of its time between kernels, and DRAM idles while the small kernels (norm, rope, attention) run.
  *
- * Work split: a GEMV stage deals rows to warps (warp w of the grid takes rows w, w + W, ...), each row dotted as in
- * gemv.cu (a lane per part of 32 weights, int8 dp4a against Q8_1 activations); the activations sit in the block's
- * shared memory. The attention stage deals (head, slice) pairs to blocks (attention_slice.cuh). Data written in this
- * launch is read back through L2 (__ldcg): L1 is not coherent between blocks.
+ * Shape: one block an SM, all resident at once (cooperative launch). Each block owns a contiguous range of the rows
+ * of every matrix. The block's last warp, the copy warp, streams the block's rows of every matrix of every layer,
+ * in the order they are used, into a ring of slots in shared memory with the copy engine (cp.async.bulk; each
+ * slot's arrival counted in bytes on an mbarrier). It waits only for a slot to be free, never for data, so the
+ * weights keep coming from DRAM while the other warps wait at a stage barrier. The compute warps take the stages in
+ * turn and meet the other blocks at a grid-wide barrier between them (a counter in device memory), five a layer:
+ * Q/K/V (each block normalizes x into Q8_1 in its shared memory first), attention (rope, cache store, split, merge
+ * by each head's last block: attention_slice.cuh), output projection (+= x), gate/up/SwiGLU (after the norm), down
+ * projection (+= x); the O and down stages quantize their input vector into shared memory themselves. A GEMV warp
+ * takes rows of the slot's tile (one row a warp, a lane per part of 32 weights, int8 dp4a against the Q8_1 in
+ * shared memory) and, done with a tile, counts itself on the slot's "empty" mbarrier. Data written in this launch
+ * is read back through L2 (__ldcg): L1 is not coherent between blocks.
  *
- * Measured on H100 it runs at 0.65x the kernel-per-op step (qwen2-1.5b 502 against 767 tok/s, llama3-8b 225 against
- * 366): with 16 warps an SM (128 registers a thread) each stage is a few dependent round trips to DRAM and L2 plus a
- * grid barrier, ~11-24 us a stage where the weights take 1-5 (the stage profile in docs/cuda.md). So it is opt-in
- * (KILN_CUDA_PERSISTENT=1), tested with the rest, and the starting point for a step without stage-wide waits. */
-#include <cooperative_groups.h>
-
+ * Measured on H100 (tg128): qwen2-1.5b 531-545 tok/s against 1,219-1,224 for the kernel-per-op step, llama3-8b
+ * 231-233 against 460-464, so it stays opt-in (KILN_CUDA_PERSISTENT=1). Taking parts out one at a time (docs/cuda.md, "The persistent step"): each of
+ * the 139 grid barriers costs ~1.5 us, the attention stage ~10 us a layer, the tile hand-offs ~10 us a layer, each
+ * vector quantized into shared memory ~2.3 us, and the GEMVs from shared memory ~24 us a layer, where the layer's
+ * weights take ~9 us at the copy rate: 8 warps an SM decode Q4_K/Q6_K parts too slowly once the weights are near.
+ *
+ * Hopper only (the bulk copies and transaction-counted mbarriers of sm_90). */
 #include "cuda/attention_slice.cuh"
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/q8_1.cuh"
 #include "cuda/quant_unpack.cuh"
 
-namespace cg = cooperative_groups;
+/* Compute warps a block. With 15 (512 threads, 128 registers) the kernel spilled in its tile loop, and with most of
+ * the shared memory taken by the slots, L1 is small and spills go to L2: 512-536 tok/s against 531-545 with 8. */
+#define PS_WARPS 8
+#define PS_THREADS (32 * (PS_WARPS + 1)) /* and the copy warp, the last */
+#define PS_SLOT_BYTES (32 * 1024)
+#define PS_MAX_SLOTS 8
+#define PS_HEADER 256 /* the slots' mbarriers (full, empty) and a reduction's partial sums, before the slots */
+/* Tiles start and end at multiples of 8 quantized blocks: every field's copy is then 16-byte aligned and a
+ * multiple of 16 bytes, as the copy engine requires (field sizes are even; a matrix's blocks a multiple of 8). */
+#define PS_ALIGN 8
+#define PS_RUNS 16 /* float4 runs a compute thread holds when it quantizes a vector (up to 16384 values) */
+#define PS_MAX_VECTOR (PS_RUNS * 4 * 32 * PS_WARPS)
 
-#define PD_WARPS 4
-#define PD_THREADS (32 * PD_WARPS)
-
-enum { PREFETCH_NEXT_STAGE = 1 };
-
-static __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
-static __device__ __forceinline__ int grid_warp() { return blockIdx.x * PD_WARPS + (threadIdx.x >> 5); }
-static __device__ __forceinline__ int grid_warps() { return gridDim.x * PD_WARPS; }
+/* What the copy warp needs of a quantized format: block bytes, parts, the sizes of its fields in device order. */
+struct qlayout {
+    int block_bytes, parts, n_fields, size[5];
+};
 
 template <class F>
-__device__ __forceinline__ qtensor tensor_of(const kiln_cuda_matrix &m) {
-    return qtensor{(const uint8_t *)m.data, (int64_t)m.n * (m.k / 32 / F::parts)};
+__host__ __device__ constexpr qlayout layout_of() {
+    qlayout q = {F::block_bytes, F::parts, F::n_fields, {0, 0, 0, 0, 0}};
+    for (int i = 0; i < F::n_fields; i++) q.size[i] = F::fields[i].size;
+    return q;
 }
 
-/* The dot products of NR rows of m with x (row0, row0 + stride, ...; the first nr of them), and of m2's same rows
- * when TWO (gate and up in one pass), each summed over the warp. A lane takes parts of 32 weights of every row at
- * once, so NR rows' loads are in flight together: a warp has few rows per stage and would otherwise wait for each. */
-template <class F, bool TWO, int NR, int UNROLL>
-__device__ __forceinline__ void dot_rows(const kiln_cuda_matrix &m, const kiln_cuda_matrix &m2, int row0, int stride,
-                                         int nr, q8_1_view x, float *a, float *b) {
-    qtensor t = tensor_of<F>(m), t2 = tensor_of<F>(m2);
-    int n_parts = m.k / 32;
-    int64_t per_row = n_parts / F::parts;
-#pragma unroll
-    for (int j = 0; j < NR; j++) a[j] = b[j] = 0.0f;
-#pragma unroll UNROLL
-    for (int u = lane_id(); u < n_parts; u += 32) {
-        int64_t gu = u / F::parts;
-        int part = u % F::parts;
-#pragma unroll
-        for (int j = 0; j < NR; j++)
-            if (j < nr) {
-                int64_t g = (int64_t)(row0 + j * stride) * per_row + gu;
-                a[j] += dot_part<F>(t, g, part, x, u);
-                if (TWO) b[j] += dot_part<F>(t2, g, part, x, u);
-            }
-    }
-#pragma unroll
-    for (int j = 0; j < NR; j++) {
-        a[j] = warp_sum(a[j]);
-        if (TWO) b[j] = warp_sum(b[j]);
-    }
-}
-
-/* Rows of a matrix are dealt to the grid's warps from warp `offset` on (matrices sharing a stage follow each
- * other): this warp's first row, its rows being W apart. */
-__device__ __forceinline__ int first_row(int offset) {
-    int w = grid_warps();
-    return ((grid_warp() - offset) % w + w) % w;
-}
-
-/* y[row] = dot(row of m, x), or y[row] += dot (the residual add) when accumulate, for this warp's rows. Short rows
- * go NR = 4 at a time; long ones (the down projection) 2 at a time with two parts of each in flight. */
-template <class F>
-__device__ void gemv_rows_t(const kiln_cuda_matrix &m, int offset, float *y, bool accumulate, q8_1_view x) {
-    constexpr int NR = 4;
-    int w = grid_warps();
-    for (int r = first_row(offset); r < m.n; r += NR * w) {
-        int nr = min(NR, (m.n - r + w - 1) / w);
-        float a[NR], b[NR];
-        if (m.k >= 8192) dot_rows<F, false, NR / 2, 2>(m, m, r, w, nr, x, a, b);
-        if (m.k >= 8192 && nr > NR / 2) dot_rows<F, false, NR / 2, 2>(m, m, r + NR / 2 * w, w, nr - NR / 2, x, a + NR / 2, b);
-        if (m.k < 8192) dot_rows<F, false, NR, 1>(m, m, r, w, nr, x, a, b);
-        if (lane_id() == 0)
-#pragma unroll
-            for (int j = 0; j < NR; j++)
-                if (j < nr) {
-                    float *yr = y + r + j * w;
-                    *yr = accumulate ? __ldcg(yr) + a[j] : a[j];
-                }
-    }
-}
-
-__device__ void gemv_rows(const kiln_cuda_matrix &m, int offset, float *y, bool accumulate, q8_1_view x) {
-    switch (m.type) {
-#define X(id, F)                                                                                                           case id: gemv_rows_t<F>(m, offset, y, accumulate, x); return;
-        KILN_CUDA_QUANT_TYPES(X)
-#undef X
-    default: return;
-    }
-}
-
-/* Row `row` of m into L2 (the warp's lanes ask for one field each). */
-__device__ void prefetch_row(const kiln_cuda_matrix &m, int row) {
-    if (row >= m.n) return;
-    switch (m.type) {
+__host__ __device__ qlayout layout_of_type(kiln_type t) {
+    switch (t) {
 #define X(id, F)                                                                                                       \
     case id: {                                                                                                         \
-        int64_t per_row = m.k / 32 / F::parts;                                                                         \
-        prefetch_blocks<F>(tensor_of<F>(m), row * per_row, (row + 1) * per_row);                                       \
-        return;                                                                                                        \
+        constexpr qlayout q = layout_of<F>();                                                                          \
+        return q;                                                                                                      \
     }
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
-    default: return;
+    default: return qlayout{};
     }
 }
 
-/* RMSNorm of x (n values, read through L2) times w, quantized to Q8_1 into the block's shared memory xs. */
-__device__ void norm_to_shared(const float *x, const float *w, int n, float eps, int8_t *xs) {
-    const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)w;
-    int n4 = n / 4;
-    float ss = 0.0f;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n4; i += PD_THREADS) {
-        float4 v = __ldcg(x4 + i);
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    float scale = rsqrtf(block_sum(ss) / (float)n + eps);
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    /* whole warps go round together (quantize_quad shuffles); n4 is a multiple of 8, so a Q8_1 block's 8 lanes are
-     * all in or all out */
-    for (int i = threadIdx.x; i - lane_id() < n4; i += PD_THREADS) {
-        bool in = i < n4;
-        float4 v = in ? __ldcg(x4 + i) : zero, g = in ? w4[i] : zero;
-        float4 o = make_float4(v.x * scale * g.x, v.y * scale * g.y, v.z * scale * g.z, v.w * scale * g.w);
-        quantize_quad(o, in, (char4 *)xs + i, (__half2 *)(xs + n) + i / 8);
-    }
-    __syncthreads();
+/* A block's rows [r0, r1) of a matrix and how they are cut into tiles of per_tile rows (the last fewer). A tile's
+ * blocks are rounded out to multiples of PS_ALIGN, so it holds up to 2 (PS_ALIGN - 1) blocks of neighbouring rows;
+ * with pair (gate and up), both matrices' rows share a slot. */
+struct tiling {
+    qlayout q;
+    int r0, r1, per_tile, per_row; /* per_row: blocks a row */
+    int64_t n_blocks;
+};
+
+__host__ __device__ int tile_capacity_blocks(const qlayout &q, bool pair) {
+    return PS_SLOT_BYTES / (pair ? 2 : 1) / q.block_bytes - 2 * (PS_ALIGN - 1);
 }
 
-/* The Q8_1 form of n values (n int8, then n/32 half pairs) from device memory into the block's shared memory. */
-__device__ void q8_1_to_shared(const void *src, int n, int8_t *xs) {
-    const uint4 *q = (const uint4 *)src;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n / 16; i += PD_THREADS) ((uint4 *)xs)[i] = __ldcg(q + i);
-    const unsigned *ds = (const unsigned *)((const int8_t *)src + n);
-    for (int i = threadIdx.x; i < n / 32; i += PD_THREADS) ((unsigned *)(xs + n))[i] = __ldcg(ds + i);
-    __syncthreads();
+__device__ tiling tiling_of(const kiln_cuda_matrix &m, bool pair) {
+    tiling t;
+    t.q = layout_of_type(m.type);
+    t.per_row = m.k / 32 / t.q.parts;
+    t.n_blocks = (int64_t)m.n * t.per_row;
+    t.r0 = m.n * (int)blockIdx.x / (int)gridDim.x; /* a layer's n times the SMs is far below 2^31 */
+    t.r1 = m.n * ((int)blockIdx.x + 1) / (int)gridDim.x;
+    t.per_tile = max(1, tile_capacity_blocks(t.q, pair) / t.per_row);
+    return t;
 }
 
-/* ff[row] = silu(gate . x) * (up . x) for this warp's rows, two at a time; the warp that completes a group of 32
- * outputs (counted on counters) quantizes the group into ff_q, so the down projection's input is ready at the
- * barrier. */
-template <class F>
-__device__ void swiglu_rows_t(const kiln_cuda_matrix &gate, const kiln_cuda_matrix &up, q8_1_view x, float *ff,
-                              int8_t *ff_q, unsigned *counters) {
-    constexpr int NR = 2;
-    int n = gate.n, w = grid_warps();
-    for (int r = first_row(0); r < n; r += NR * w) {
-        int nr = min(NR, (n - r + w - 1) / w);
-        float a[NR], b[NR];
-        dot_rows<F, true, NR, 1>(gate, up, r, w, nr, x, a, b);
+/* The blocks [g0, g1) copied for rows [ra, rb) */
+__device__ __forceinline__ void tile_blocks(const tiling &t, int ra, int rb, int64_t &g0, int64_t &g1) {
+    g0 = (int64_t)ra * t.per_row & ~(int64_t)(PS_ALIGN - 1);
+    g1 = min(((int64_t)rb * t.per_row + PS_ALIGN - 1) & ~(int64_t)(PS_ALIGN - 1), t.n_blocks);
+}
+
+/* The ring of slots: tiles go to slots in turn; full[s] completes when its bytes have landed, empty[s] when every
+ * compute warp is done with it. Both sides take the tiles in the same order: slot is the next tile's, round the
+ * times the ring has gone round before it (its phases' parity). */
+struct ring {
+    uint8_t *slots;
+    uint64_t *full, *empty;
+    int n_slots, slot;
+    unsigned round;
+};
+
+__device__ __forceinline__ void advance(ring &rg) {
+    if (++rg.slot == rg.n_slots) rg.slot = 0, rg.round++;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
+/* Blocks [g0, g1) of m, field by field, to dst in the device layout of a tensor of g1 - g0 blocks. */
+__device__ void copy_fields(const kiln_cuda_matrix &m, const tiling &t, int64_t g0, int64_t g1, uint8_t *dst,
+                            uint64_t *bar) {
+    const uint8_t *base = (const uint8_t *)m.data;
+    int64_t off = 0, nb = g1 - g0;
 #pragma unroll
-        for (int j = 0; j < NR; j++)
-            if (j < nr) {
-                if (lane_id() == 0) ff[r + j * w] = silu(a[j]) * b[j];
-                quantize_when_complete(ff, r + j * w, n, ff_q, counters);
-            }
+    for (int f = 0; f < 5; f++) /* constant indices keep the sizes in registers */
+        if (f < t.q.n_fields) {
+            int size = t.q.size[f];
+            bulk_copy(dst + off * nb, base + off * t.n_blocks + g0 * size, (unsigned)(nb * size), bar);
+            off += size;
+        }
+}
+
+/* The copy warp's share of one matrix (with its up matrix, for the gate/up pair); the ring as it leaves it. */
+__device__ ring stream_matrix(ring rg, const kiln_cuda_matrix &m, const kiln_cuda_matrix *up) {
+    tiling t = tiling_of(m, up != nullptr);
+    for (int ra = t.r0; ra < t.r1; ra += t.per_tile, advance(rg)) {
+        int rb = min(ra + t.per_tile, t.r1), s = rg.slot;
+        int64_t g0, g1;
+        tile_blocks(t, ra, rb, g0, g1);
+        if (rg.round > 0) mbar_wait(rg.empty + s, (rg.round - 1) & 1);
+        uint8_t *dst = rg.slots + (size_t)s * PS_SLOT_BYTES;
+        unsigned bytes = (unsigned)((g1 - g0) * t.q.block_bytes);
+        mbar_expect_tx(rg.full + s, up ? 2 * bytes : bytes);
+        copy_fields(m, t, g0, g1, dst, rg.full + s);
+        if (up) copy_fields(*up, t, g0, g1, dst + bytes, rg.full + s);
+    }
+    return rg;
+}
+
+__device__ void stream_layers(const kiln_cuda_decode_args &a, ring rg) {
+    for (int l = 0; l < a.n_layer; l++) {
+        const kiln_cuda_decode_layer &L = a.layers[l];
+        rg = stream_matrix(rg, L.wq, nullptr);
+        rg = stream_matrix(rg, L.wk, nullptr);
+        rg = stream_matrix(rg, L.wv, nullptr);
+        rg = stream_matrix(rg, L.wo, nullptr);
+        rg = stream_matrix(rg, L.gate, &L.up);
+        rg = stream_matrix(rg, L.down, nullptr);
     }
 }
 
-__device__ void swiglu_rows(const kiln_cuda_matrix &gate, const kiln_cuda_matrix &up, q8_1_view x, float *ff,
-                            int8_t *ff_q, unsigned *counters) {
-    switch (gate.type) {
-#define X(id, F)                                                                                                           case id: swiglu_rows_t<F>(gate, up, x, ff, ff_q, counters); return;
+enum gemv_out { STORE, ACCUMULATE, SWIGLU };
+
+/* The compute warps' share of one matrix: tile after tile from the ring, warp w taking the block's rows r0 + w,
+ * r0 + w + PS_WARPS, ... as their tiles come. y[row] = dot, += dot, or silu(gate dot) * (up dot). */
+template <class F, bool PAIR>
+__device__ __forceinline__ ring gemv_tiles_t(ring rg, const kiln_cuda_matrix &m, const int8_t *xs, float *y,
+                                             gemv_out out) {
+    tiling t = tiling_of(m, PAIR);
+    q8_1_view x = q8_1_at(xs, m.k);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_parts = m.k / 32;
+    for (int ra = t.r0; ra < t.r1; ra += t.per_tile, advance(rg)) {
+        int rb = min(ra + t.per_tile, t.r1), s = rg.slot;
+        int64_t g0, g1;
+        tile_blocks(t, ra, rb, g0, g1);
+        mbar_wait(rg.full + s, rg.round & 1);
+        const uint8_t *base = rg.slots + (size_t)s * PS_SLOT_BYTES;
+        qtensor w = {base, g1 - g0}, u = {base + (g1 - g0) * F::block_bytes, g1 - g0};
+        for (int r = ra + ((warp - (ra - t.r0)) % PS_WARPS + PS_WARPS) % PS_WARPS; r < rb; r += PS_WARPS) {
+            int64_t gr = (int64_t)r * t.per_row - g0;
+            float a = 0.0f, b = 0.0f;
+#pragma unroll PAIR ? 1 : 2
+            for (int p = lane; p < n_parts; p += 32) {
+                int64_t g = gr + p / F::parts;
+                a += dot_part<F>(w, g, p % F::parts, x, p);
+                if (PAIR) b += dot_part<F>(u, g, p % F::parts, x, p);
+            }
+            a = warp_sum(a);
+            if (PAIR) b = warp_sum(b);
+            if (lane == 0) y[r] = out == SWIGLU ? silu(a) * b : out == ACCUMULATE ? __ldcg(y + r) + a : a;
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(rg.empty + s);
+    }
+    return rg;
+}
+
+__device__ ring gemv_tiles(ring rg, const kiln_cuda_matrix &m, bool pair, const int8_t *xs, float *y, gemv_out out) {
+    switch (m.type) {
+#define X(id, F)                                                                                                       \
+    case id:                                                                                                           \
+        return pair ? gemv_tiles_t<F, true>(rg, m, xs, y, out) : gemv_tiles_t<F, false>(rg, m, xs, y, out);
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
-    default: return;
+    default: return rg;
     }
 }
 
-/* Asks for this warp's first row of m (dealt from warp offset) into L2, when the prefetch bit says so. */
-__device__ __forceinline__ void prefetch_first_row(const kiln_cuda_matrix &m, int offset, int prefetch) {
-    if (prefetch & PREFETCH_NEXT_STAGE) prefetch_row(m, first_row(offset));
+/* x (n values, read through L2), RMS-normalized and times w when w is not NULL, as Q8_1 into xs; RUNS runs of four
+ * values a thread cover n. Every compute thread calls it; a thread loads all its runs of x and of w before any
+ * arithmetic (one round trip). */
+template <int RUNS, bool NORM>
+__device__ __forceinline__ void to_shared_runs(const float *x, const float *w, float eps, int n, int8_t *xs,
+                                               float *partial) {
+    constexpr int T = 32 * PS_WARPS;
+    int tid = threadIdx.x, lane = tid & 31, n4 = n / 4;
+    const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)w;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f), one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    float4 v[RUNS], g[RUNS];
+#pragma unroll
+    for (int k = 0; k < RUNS; k++) {
+        int i = tid + k * T;
+        v[k] = i < n4 ? __ldcg(x4 + i) : zero;
+        g[k] = !NORM ? one : i < n4 ? w4[i] : zero;
+    }
+    float scale = 1.0f;
+    if (NORM) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < RUNS; k++) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        ss = warp_sum(ss);
+        if (lane == 0) partial[tid >> 5] = ss;
+        sync_warps<PS_WARPS>();
+        ss = warp_sum(lane < PS_WARPS ? partial[lane] : 0.0f);
+        scale = rsqrtf(ss / (float)n + eps);
+    }
+    /* whole warps go in together (quantize_quad shuffles); n4 is a multiple of 8, so a Q8_1 block's 8 lanes are all
+     * in or all out */
+#pragma unroll
+    for (int k = 0; k < RUNS; k++) {
+        int i = tid + k * T;
+        if (i - lane >= n4) break;
+        float4 o = make_float4(v[k].x * scale * g[k].x, v[k].y * scale * g[k].y, v[k].z * scale * g[k].z,
+                               v[k].w * scale * g[k].w);
+        quantize_quad(o, i < n4, (char4 *)xs + i, (__half2 *)(xs + n) + i / 8);
+    }
+    sync_warps<PS_WARPS>();
+}
+
+template <int RUNS>
+__device__ __forceinline__ void to_shared_as(const float *x, const float *w, float eps, int n, int8_t *xs,
+                                             float *partial) {
+    if (w) to_shared_runs<RUNS, true>(x, w, eps, n, xs, partial);
+    else to_shared_runs<RUNS, false>(x, w, eps, n, xs, partial);
+}
+
+/* As few runs a thread as cover n: registers held for runs past the vector's end spilled. */
+__device__ void to_shared_q8_1(const float *x, const float *w, float eps, int n, int8_t *xs, float *partial) {
+    int runs = (n / 4 + 32 * PS_WARPS - 1) / (32 * PS_WARPS);
+    if (runs <= 2) to_shared_as<2>(x, w, eps, n, xs, partial);
+    else if (runs <= 4) to_shared_as<4>(x, w, eps, n, xs, partial);
+    else to_shared_as<PS_RUNS>(x, w, eps, n, xs, partial);
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* The compute warps of every block meet: count stands at target once all have arrived (counts only grow; the
+ * comparison survives wrapping). */
+__device__ void grid_barrier(unsigned *count, unsigned target) {
+    sync_warps<PS_WARPS>();
+    if (threadIdx.x == 0) {
+        __threadfence(); /* the block's stores, ordered before the barrier above, reach the device first */
+        atomicAdd(count, 1u);
+        while ((int)(ld_acquire(count) - target) < 0) {}
+        __threadfence();
+    }
+    sync_warps<PS_WARPS>();
 }
 
 __device__ __forceinline__ uint64_t global_ns() {
@@ -197,77 +312,97 @@ __device__ __forceinline__ uint64_t global_ns() {
     return t;
 }
 
-/* Four blocks an SM (128 registers a thread): capped at 80 registers to let six in, it spilled and ran 5-10% slower
- * on H100. */
 template <int HD>
-__global__ void __launch_bounds__(PD_THREADS, 4) decode_layers_kernel(kiln_cuda_decode_args a) {
-    extern __shared__ __align__(16) int8_t xs[]; /* the Q8_1 input of the stage's GEMVs */
-    cg::grid_group grid = cg::this_grid();
-    const kiln_cuda_rope_args &r = a.rope;
-    int q_dim = r.n_head * HD, n_pos = *a.d_pos + 1;
-    int n_items = a.attn.n_head * a.attn.n_split;
-    q8_1_view xe = q8_1_at(xs, a.n_embd), xa = q8_1_at(xs, q_dim), xf = q8_1_at(xs, a.n_ff);
+__global__ void __launch_bounds__(PS_THREADS, 1) decode_layers_kernel(kiln_cuda_decode_args a, int n_slots) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint64_t *full = (uint64_t *)smem, *empty = full + PS_MAX_SLOTS;
+    float *partial = (float *)(empty + PS_MAX_SLOTS);
+    uint8_t *slots = smem + PS_HEADER;
+    int8_t *xs = (int8_t *)(slots + (size_t)n_slots * PS_SLOT_BYTES);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < n_slots; s++) mbar_init(full + s, 1), mbar_init(empty + s, PS_WARPS);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    ring rg = {slots, full, empty, n_slots, 0, 0};
+    if (threadIdx.x >= 32 * PS_WARPS) {
+        if (threadIdx.x == 32 * PS_WARPS) stream_layers(a, rg);
+        return;
+    }
+
+    /* the k-th barrier of launch e waits for (e * per_launch + k) * gridDim.x arrivals; block 0 counts the launch
+     * when it ends, after every block has read e (all have arrived at the first barrier by then) */
+    unsigned launch = threadIdx.x == 0 ? *(volatile unsigned *)(a.grid_sync + 1) : 0;
+    unsigned per_launch = KILN_CUDA_DECODE_STAGES * a.n_layer - 1, k = 0;
+    auto barrier = [&]() { grid_barrier(a.grid_sync, (launch * per_launch + ++k) * gridDim.x); };
     /* with stamps, block 0 notes the time as it leaves each barrier: the stages' durations for the profile */
     auto stamp = [&](int i) {
         if (a.stamps && blockIdx.x == 0 && threadIdx.x == 0) a.stamps[i] = global_ns();
     };
+    int q_dim = a.rope.n_head * HD, n_pos = *a.d_pos + 1, n_items = a.attn.n_head * a.attn.n_split;
     stamp(0);
     for (int l = 0; l < a.n_layer; l++) {
         const kiln_cuda_decode_layer &L = a.layers[l];
-        int nq = L.wq.n, nk = L.wk.n;
+        const int s0 = KILN_CUDA_DECODE_STAGES * l;
+        if (l > 0) barrier(), stamp(s0);
+        to_shared_q8_1(a.x, L.attn_norm, a.eps, a.n_embd, xs, partial);
+        rg = gemv_tiles(rg, L.wq, false, xs, a.q, STORE);
+        rg = gemv_tiles(rg, L.wk, false, xs, a.k, STORE);
+        rg = gemv_tiles(rg, L.wv, false, xs, a.v, STORE);
+        barrier(), stamp(s0 + 1);
 
-        norm_to_shared(a.x, L.attn_norm, a.n_embd, a.eps, xs);
-        gemv_rows(L.wq, 0, a.q, false, xe);
-        gemv_rows(L.wk, nq, a.k, false, xe);
-        gemv_rows(L.wv, nq + nk, a.v, false, xe);
-        prefetch_first_row(L.wo, 0, a.prefetch);
-        grid.sync();
-        stamp(1 + KILN_CUDA_DECODE_STAGES * l);
-
-        attn_decode x = {r, a.k, a.v, L.bq, L.bk, L.bv, (__half *)L.k_cache, (__half *)L.v_cache,
+        attn_decode x = {a.rope, a.k, a.v, L.bq, L.bk, L.bv, (__half *)L.k_cache, (__half *)L.v_cache,
                          a.attn_out, (int8_t *)a.attn_q, a.counters};
         for (int it = blockIdx.x; it < n_items; it += gridDim.x)
-            attn_slice<HD, true, PD_WARPS, false>(a.attn, a.q, (const __half *)L.k_cache, (const __half *)L.v_cache,
+            attn_slice<HD, true, PS_WARPS, false>(a.attn, a.q, (const __half *)L.k_cache, (const __half *)L.v_cache,
                                                   n_pos, a.part, x, it / a.attn.n_split, it % a.attn.n_split, 0);
-        grid.sync();
-        stamp(2 + KILN_CUDA_DECODE_STAGES * l);
+        barrier(), stamp(s0 + 2);
 
-        q8_1_to_shared(a.attn_q, q_dim, xs);
-        gemv_rows(L.wo, 0, a.x, true, xa);
-        prefetch_first_row(L.gate, 0, a.prefetch);
-        prefetch_first_row(L.up, 0, a.prefetch);
-        grid.sync();
-        stamp(3 + KILN_CUDA_DECODE_STAGES * l);
+        to_shared_q8_1(a.attn_out, nullptr, 0.0f, q_dim, xs, partial);
+        rg = gemv_tiles(rg, L.wo, false, xs, a.x, ACCUMULATE);
+        barrier(), stamp(s0 + 3);
 
-        norm_to_shared(a.x, L.ffn_norm, a.n_embd, a.eps, xs);
-        swiglu_rows(L.gate, L.up, xe, a.ff, (int8_t *)a.ff_q, a.counters + r.n_head);
-        prefetch_first_row(L.down, 0, a.prefetch);
-        grid.sync();
-        stamp(4 + KILN_CUDA_DECODE_STAGES * l);
+        to_shared_q8_1(a.x, L.ffn_norm, a.eps, a.n_embd, xs, partial);
+        rg = gemv_tiles(rg, L.gate, true, xs, a.ff, SWIGLU);
+        barrier(), stamp(s0 + 4);
 
-        q8_1_to_shared(a.ff_q, a.n_ff, xs);
-        gemv_rows(L.down, 0, a.x, true, xf);
-        if (l + 1 < a.n_layer) prefetch_first_row(a.layers[l + 1].wq, 0, a.prefetch);
-        grid.sync();
-        stamp(5 + KILN_CUDA_DECODE_STAGES * l);
+        to_shared_q8_1(a.ff, nullptr, 0.0f, a.n_ff, xs, partial);
+        rg = gemv_tiles(rg, L.down, false, xs, a.x, ACCUMULATE);
     }
+    stamp(KILN_CUDA_DECODE_STAGES * a.n_layer);
+    if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(a.grid_sync + 1, 1u);
+#endif
 }
 
-static bool matrix_ok(const kiln_cuda_matrix *m) {
-    return kiln_cuda_type_uses_q8_1(m->type) && kiln_cuda_type_supported(m->type, m->k);
+static size_t vector_bytes(int n) { return (size_t)n + (size_t)n / 8; } /* Q8_1 of n values */
+
+/* A quantized matrix whose tiles the copy engine can move: 16-byte aligned, a multiple of PS_ALIGN blocks, a row
+ * (twice, for the gate/up pair) fitting a slot, and an input vector a compute block can quantize. */
+static bool matrix_ok(const kiln_cuda_matrix *m, bool pair) {
+    if (!kiln_cuda_type_uses_q8_1(m->type) || !kiln_cuda_type_supported(m->type, m->k) || m->k > PS_MAX_VECTOR)
+        return false;
+    qlayout q = layout_of_type(m->type);
+    int64_t per_row = m->k / 32 / q.parts;
+    return (uintptr_t)m->data % 16 == 0 && (int64_t)m->n * per_row % PS_ALIGN == 0 &&
+           tile_capacity_blocks(q, pair) >= per_row;
 }
 
 extern "C" bool kiln_cuda_decode_layers_supported(const kiln_cuda_decode_layer *layers, int n_layer, int head_dim) {
-    int dev = 0, coop = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || !coop)
+    int dev = 0, coop = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || !coop || major < 9)
         return false;
     if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
     for (int l = 0; l < n_layer; l++) {
         const kiln_cuda_decode_layer *L = &layers[l];
-        const kiln_cuda_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        const kiln_cuda_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->down};
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
-            if (!matrix_ok(ms[i])) return false;
-        if (L->gate.type != L->up.type || L->gate.n % 32) return false;
+            if (!matrix_ok(ms[i], false)) return false;
+        if (!matrix_ok(&L->gate, true) || L->gate.type != L->up.type || L->gate.n != L->up.n ||
+            L->gate.k != L->up.k || (uintptr_t)L->up.data % 16)
+            return false;
     }
     return true;
 }
@@ -277,22 +412,26 @@ static int launch(const kiln_cuda_decode_args *a, cudaStream_t stream) {
     auto kernel = decode_layers_kernel<HD>;
     int widest = a->n_embd > a->n_ff ? a->n_embd : a->n_ff;
     if (a->rope.n_head * HD > widest) widest = a->rope.n_head * HD;
-    size_t smem = (size_t)widest + widest / 8;
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    size_t fixed = PS_HEADER + (vector_bytes(widest) + 15) / 16 * 16;
+    int dev = 0, sms = 0, optin = 0;
+    cudaFuncAttributes fa;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
         return -1;
-    if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-        return -1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, PD_THREADS, smem) != cudaSuccess || per_sm < 1)
-        return -1;
-    if (a->blocks_per_sm > 0 && a->blocks_per_sm < per_sm) per_sm = a->blocks_per_sm;
+    int n_slots = (int)(((int64_t)optin - (int64_t)fa.sharedSizeBytes - (int64_t)fixed) / PS_SLOT_BYTES);
+    if (n_slots > PS_MAX_SLOTS) n_slots = PS_MAX_SLOTS;
+    if (n_slots < 2) return -1;
+    size_t smem = fixed + (size_t)n_slots * PS_SLOT_BYTES;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) return -1;
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeCooperative;
     attr.val.cooperative = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = sms * per_sm, cfg.blockDim = PD_THREADS, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+    cfg.gridDim = sms, cfg.blockDim = PS_THREADS, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
     cfg.attrs = &attr, cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kernel, *a) == cudaSuccess ? 0 : -1;
+    return cudaLaunchKernelEx(&cfg, kernel, *a, n_slots) == cudaSuccess ? 0 : -1;
 }
 
 extern "C" int kiln_cuda_decode_layers(const kiln_cuda_decode_args *a, cudaStream_t stream) {

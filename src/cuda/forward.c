@@ -89,8 +89,8 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     size_t widest = max3((size_t)cfg->n_embd, qd, (size_t)cfg->n_ff);
     size_t splits_x_tokens = T > KILN_CUDA_DECODE_SPLITS ? T : KILN_CUDA_DECODE_SPLITS;
     size_t cache = (size_t)cfg->n_layer * kvd * (size_t)c->n_ctx * 2;
-    /* one per head for the attention (the first also for the norms), one per 32 FFN rows for the persistent step */
-    size_t counters = (size_t)cfg->n_head + (size_t)cfg->n_ff / 32;
+    /* one per head for the attention (the first also for the norms), two for the persistent step's barriers */
+    size_t counters = (size_t)cfg->n_head + 2;
     struct { void **p; size_t bytes; } bufs[] = {
         {(void **)&c->d_io, sizeof(int32_t) * (T + 1)},
         {(void **)&c->x, sizeof(float) * T * cfg->n_embd},
@@ -136,9 +136,8 @@ static int env_int(const char *name, int fallback) {
     return e && *e ? atoi(e) : fallback;
 }
 
-/* The persistent decode step (kiln_cuda_decode_layers) when KILN_CUDA_PERSISTENT=1 and the model's layers allow it;
- * KILN_CUDA_PERSISTENT_BLOCKS and KILN_CUDA_PERSISTENT_PREFETCH pick its blocks per SM and prefetch. Off by default:
- * on H100 it ran at 0.61-0.65x the kernel-per-op step (docs/cuda.md, "The persistent step"). */
+/* The persistent decode step (kiln_cuda_decode_layers) when KILN_CUDA_PERSISTENT=1 and the model's layers allow it.
+ * Off by default (docs/cuda.md, "The persistent step"). */
 static cudaError_t setup_persistent(kiln_cuda_context *c) {
     const kiln_cuda_model *cm = c->cm;
     const kiln_config *cfg = &cm->cfg;
@@ -165,8 +164,7 @@ static cudaError_t setup_persistent(kiln_cuda_context *c) {
     c->persistent = (kiln_cuda_decode_args){c->d_layers, cfg->n_layer, cfg->n_embd, cfg->n_ff, cfg->rms_eps,
                                             rope_args(c), aa,
                                             c->x, c->q, c->k, c->v, c->attn, c->ff, c->part, c->act_q, c->act_q,
-                                            c->counters, c->d_pos, env_int("KILN_CUDA_PERSISTENT_BLOCKS", 0),
-                                            env_int("KILN_CUDA_PERSISTENT_PREFETCH", 1), NULL};
+                                            c->counters, c->counters + cfg->n_head, c->d_pos, NULL};
     return e;
 }
 

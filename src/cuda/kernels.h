@@ -159,13 +159,12 @@ typedef struct kiln_cuda_attn_decode_args {
 int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const kiln_cuda_attn_decode_args *d,
                                const int32_t *d_pos, float *part, unsigned *counters, cudaStream_t stream);
 
-/* The layers of a decode step (one token) in one cooperative launch: every block stays resident for the whole
- * step and the stages are separated by grid-wide barriers instead of kernel boundaries, five a layer: Q/K/V
- * (every block normalizes x into its shared memory first), attention (rope, cache store, split, merge by each
- * head's last block), output projection (+= x), gate/up/SwiGLU (norm first; each group of 32 outputs quantized by
- * the warp that completes it), down projection (+= x). Before each barrier a warp may ask for the weights of its
- * next row into L2, so the barrier's wait overlaps their reads. x holds the embedding before and the residual
- * stream after; the final norm and the head are left to the caller. */
+/* The layers of a decode step (one token) in one persistent launch (decode_persistent.cu, Hopper): one block an SM,
+ * each owning a range of rows of every matrix; a copy warp streams the block's rows into shared memory ahead of use
+ * while the compute warps take the stages, meeting at grid-wide barriers, five a layer: Q/K/V (every block
+ * normalizes x into its shared memory first), attention (rope, cache store, split, merge by each head's last
+ * block), output projection (+= x), gate/up/SwiGLU (norm first), down projection (+= x). x holds the embedding
+ * before and the residual stream after; the final norm and the head are left to the caller. */
 #define KILN_CUDA_DECODE_STAGES 5 /* Q/K/V, attention, output projection, gate/up, down */
 
 typedef struct kiln_cuda_decode_layer {
@@ -182,16 +181,17 @@ typedef struct kiln_cuda_decode_args {
     kiln_cuda_attn_args attn;
     float *x, *q, *k, *v, *attn_out, *ff, *part;
     void *attn_q, *ff_q;     /* Q8_1 of the attention output (q_dim values) and of the SwiGLU output (n_ff) */
-    unsigned *counters;      /* n_head + n_ff / 32, zero before the first launch and left zero */
+    unsigned *counters;      /* n_head, zero before the first launch and left zero */
+    unsigned *grid_sync;     /* 2, zero before the first launch: the stage barrier's count, launches so far */
     const int32_t *d_pos;
-    int blocks_per_sm;       /* 0: as many as fit (4 on H100) */
-    int prefetch;            /* 1: a warp asks for its first row of the next stage into L2 before each barrier */
     unsigned long long *stamps; /* NULL, or 1 + KILN_CUDA_DECODE_STAGES * n_layer device times (ns): the start,
                                  * then each stage's end */
 } kiln_cuda_decode_args;
 
 /* Whether the persistent step runs these layers (host copies): quantized matrices with rows of k multiple of their
- * block, gate and up of one type, head_dim 64, 128 or 256, and a GPU that can launch cooperatively. */
+ * block, a multiple of 8 blocks each, 16-byte aligned, rows of at most 16384 (a row or a gate/up pair of rows
+ * fitting 32 KB), gate and up alike, head_dim 64, 128 or 256, and a GPU of compute capability 9.0+ that can launch
+ * cooperatively. */
 bool kiln_cuda_decode_layers_supported(const kiln_cuda_decode_layer *layers, int n_layer, int head_dim);
 
 int kiln_cuda_decode_layers(const kiln_cuda_decode_args *a, cudaStream_t stream);

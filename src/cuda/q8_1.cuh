@@ -34,21 +34,4 @@ __device__ __forceinline__ void quantize_quad(float4 v, bool store, char4 *qs, _
     if ((threadIdx.x & 7) == 0) *ds = __floats2half2_rn(d, d * (float)sum);
 }
 
-/* After a warp has stored y[row] (lane 0): the warp that completes row's group of 32 (the 32nd to count itself on
- * counters[row / 32]) quantizes the group into q (n values, Q8_1) and resets the counter for the next launch. So a
- * GEMV's outputs leave quantized without a pass of their own. */
-__device__ __forceinline__ void quantize_when_complete(const float *y, int row, int n, int8_t *q, unsigned *counters) {
-    int lane = threadIdx.x & 31;
-    unsigned arrived = 0;
-    if (lane == 0) {
-        __threadfence(); /* this warp's y[row] is visible before it counts */
-        arrived = atomicAdd(counters + row / 32, 1u);
-    }
-    if (__shfl_sync(0xffffffffu, arrived, 0) != 31) return;
-    __threadfence();
-    int first = row & ~31;
-    if (lane == 0) counters[row / 32] = 0;
-    quantize_warp(__ldcg(y + first + lane), q + first, (__half2 *)(q + n) + row / 32);
-}
-
 #endif
