@@ -352,8 +352,9 @@ __global__ void __launch_bounds__(PS_THREADS, 1) decode_layers_kernel(kiln_cuda_
         rg = gemv_tiles(rg, L.wv, false, xs, a.v, STORE);
         barrier(), stamp(s0 + 1);
 
+        /* no Q8_1 from the merge: the output projection's stage quantizes attn_out into shared memory */
         attn_decode x = {a.rope, a.k, a.v, L.bq, L.bk, L.bv, (__half *)L.k_cache, (__half *)L.v_cache,
-                         a.attn_out, (int8_t *)a.attn_q, a.counters};
+                         a.attn_out, nullptr, a.counters};
         for (int it = blockIdx.x; it < n_items; it += gridDim.x)
             attn_slice<HD, true, PS_WARPS, false>(a.attn, a.q, (const __half *)L.k_cache, (const __half *)L.v_cache,
                                                   n_pos, a.part, x, it / a.attn.n_split, it % a.attn.n_split, 0);

@@ -163,8 +163,8 @@ static cudaError_t setup_persistent(kiln_cuda_context *c) {
                               KILN_CUDA_DECODE_MIN_CHUNK};
     c->persistent = (kiln_cuda_decode_args){c->d_layers, cfg->n_layer, cfg->n_embd, cfg->n_ff, cfg->rms_eps,
                                             rope_args(c), aa,
-                                            c->x, c->q, c->k, c->v, c->attn, c->ff, c->part, c->act_q, c->act_q,
-                                            c->counters, c->counters + cfg->n_head, c->d_pos, NULL};
+                                            c->x, c->q, c->k, c->v, c->attn, c->ff, c->part, c->counters,
+                                            c->counters + cfg->n_head, c->d_pos, NULL};
     return e;
 }
 

@@ -180,7 +180,6 @@ typedef struct kiln_cuda_decode_args {
     kiln_cuda_rope_args rope;
     kiln_cuda_attn_args attn;
     float *x, *q, *k, *v, *attn_out, *ff, *part;
-    void *attn_q, *ff_q;     /* Q8_1 of the attention output (q_dim values) and of the SwiGLU output (n_ff) */
     unsigned *counters;      /* n_head, zero before the first launch and left zero */
     unsigned *grid_sync;     /* 2, zero before the first launch: the stage barrier's count, launches so far */
     const int32_t *d_pos;
