@@ -1,6 +1,8 @@
 /* Dequantization on the device: embedding rows to F32 (token ids read from device memory, so the lookup can sit in a
  * captured graph) and whole matrices to F16 for the prefill GEMMs. One thread per part of 32 weights. Also the two
  * element-wise conversions the prefill path needs. */
+#include <type_traits>
+
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/quant_unpack.cuh"
@@ -132,15 +134,34 @@ extern "C" void kiln_cuda_swiglu(const float *gate, const float *up, float *out,
 }
 
 /* File layout -> device layout (see quant_unpack.cuh): one thread per block copies each field to its array. */
+/* Formats whose device block is not the file's bytes in another order: F::to_device rewrites a block first. */
+template <class F, class = void>
+struct has_to_device : std::false_type {};
+template <class F>
+struct has_to_device<F, std::void_t<decltype(&F::to_device)>> : std::true_type {};
+
 struct repack_fields {
-    int n, block_bytes;
+    int n;
     kfield f[4];
 };
 
+template <class F>
+static repack_fields fields_of(void) {
+    repack_fields r = {F::n_fields, {}};
+    for (int i = 0; i < F::n_fields; i++) r.f[i] = F::fields[i];
+    return r;
+}
+
+template <class F>
 __global__ void repack_kernel(repack_fields fl, const uint8_t *src, uint8_t *dst, int64_t n_blocks) {
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= n_blocks) return;
-    const uint8_t *b = src + g * fl.block_bytes;
+    const uint8_t *b = src + g * F::block_bytes;
+    uint8_t block[F::block_bytes];
+    if constexpr (has_to_device<F>::value) {
+        F::to_device(b, block);
+        b = block;
+    }
     int64_t soa = 0;
     for (int f = 0; f < fl.n; f++) {
         uint8_t *d = dst + soa * n_blocks + g * fl.f[f].size;
@@ -149,21 +170,15 @@ __global__ void repack_kernel(repack_fields fl, const uint8_t *src, uint8_t *dst
     }
 }
 
-template <class F>
-static repack_fields fields_of(void) {
-    repack_fields r = {F::n_fields, F::block_bytes, {}};
-    for (int i = 0; i < F::n_fields; i++) r.f[i] = F::fields[i];
-    return r;
-}
-
 extern "C" int kiln_cuda_repack(kiln_type type, const void *src, void *dst, int64_t n_blocks, cudaStream_t stream) {
-    repack_fields fl;
     switch (type) {
-#define X(id, F) case id: fl = fields_of<F>(); break;
+#define X(id, F)                                                                                                       \
+    case id:                                                                                                           \
+        repack_kernel<F><<<div_up(n_blocks, 256), 256, 0, stream>>>(fields_of<F>(), (const uint8_t *)src,             \
+                                                                    (uint8_t *)dst, n_blocks);                         \
+        return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
     default: return -1;
     }
-    repack_kernel<<<div_up(n_blocks, 256), 256, 0, stream>>>(fl, (const uint8_t *)src, (uint8_t *)dst, n_blocks);
-    return 0;
 }

@@ -6,7 +6,9 @@
  * aligned to its width. A warp then reads each field with 16-byte (or 4-, 2-byte) loads over consecutive bytes,
  * instead of unaligned 2-byte loads strided by an 18- or 210-byte block, which cost 5-10 times the L1 wavefronts
  * and capped the GEMVs near 40% of bandwidth. Field f of block g lives at base + soa_off_f * n_blocks + g * size_f;
- * kiln_cuda_repack() converts from the file layout (fields and offsets listed per format below, as in blocks.h).
+ * kiln_cuda_repack() converts from the file layout (fields and offsets listed per format below, as in blocks.h). A
+ * format may also rewrite its block first (to_device: Q4_K), into an order of the same size that takes fewer
+ * instructions to decode.
  *
  * Values. Every format is reduced to one shape,
  *
@@ -92,7 +94,7 @@ __device__ __forceinline__ void center(kpart &p, int bias4) {
     for (int i = 0; i < 8; i++) p.q[i] = __vsub4(p.q[i], bias4);
 }
 
-/* Q4_K/Q5_K: 6-bit scale and min of sub-block j (run-time) from the 12 packed bytes, held as three words. Both
+/* Q5_K: 6-bit scale and min of sub-block j (run-time) from the 12 packed bytes, held as three words. Both
  * forms are computed and one selected: a branch here would split a GEMV's batch of loads (see kraw). */
 __device__ __forceinline__ void scale_min_k4(const int w[3], int j, int &sc, int &mn) {
     int sh = 8 * (j & 3);
@@ -263,23 +265,46 @@ struct q3_K_t {
     }
 };
 
-/* Q4_K: qs[128] (part p: nibble p & 1 of qs[32 (p / 2) ..]), 6-bit scales and mins in 12 bytes, d and dmin. */
+/* Q4_K. In the file: d, dmin, the 8 sub-blocks' 6-bit scales and mins packed in 12 bytes, qs[128] (part p: nibble
+ * p & 1 of qs[32 (p / 2) ..]). On the device (to_device, at upload), each part's 32 nibbles are 16 bytes of their
+ * own, packed as Q4_0's (elements 0..15 in the low nibbles, 16..31 in the high), and d, dmin and the scales are one
+ * 16-byte field: d, dmin, then three words whose nibble p holds part p's scale (low 4 bits), its min (low 4 bits)
+ * and the top two bits of both (the scale's at bit 0, the min's at bit 2). A part is two 16-byte loads and a
+ * constant shift a value, where the file's order took six loads, a run-time shift of every word and a run-time byte
+ * select of the scales. */
 struct q4_K_t {
-    static constexpr int block_bytes = 144, parts = 8, n_fields = 3;
+    static constexpr int block_bytes = 144, parts = 8, n_fields = 2;
     static constexpr bool has_min = true;
-    static constexpr int raw_words = 12; /* registers a loaded part holds */
-    static constexpr kfield fields[n_fields] = {{16, 128}, {4, 12}, {0, 4}};
+    static constexpr int raw_words = 8; /* registers a loaded part holds */
+    static constexpr kfield fields[n_fields] = {{0, 128}, {128, 16}}; /* of to_device's block */
+    __device__ static void to_device(const uint8_t *in, uint8_t *out) {
+        const uint8_t *sc = in + 4, *qs = in + 16;
+        uint32_t lo_sc = 0, lo_mn = 0, hi = 0;
+        for (int p = 0; p < 8; p++) {
+            int s = p < 4 ? sc[p] & 63 : (sc[p + 4] & 0xF) | ((sc[p - 4] >> 6) << 4);
+            int m = p < 4 ? sc[p + 4] & 63 : (sc[p + 4] >> 4) | ((sc[p] >> 6) << 4);
+            lo_sc |= (uint32_t)(s & 15) << (4 * p);
+            lo_mn |= (uint32_t)(m & 15) << (4 * p);
+            hi |= (uint32_t)((s >> 4) | ((m >> 4) << 2)) << (4 * p);
+            const uint8_t *src = qs + 32 * (p >> 1);
+            int sh = 4 * (p & 1);
+            for (int i = 0; i < 16; i++)
+                out[16 * p + i] = (uint8_t)(((src[i] >> sh) & 15) | (((src[16 + i] >> sh) & 15) << 4));
+        }
+        uint32_t meta[4] = {(uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24,
+                            lo_sc, lo_mn, hi};
+        for (int i = 0; i < 16; i++) out[128 + i] = (uint8_t)(meta[i / 4] >> (8 * (i % 4)));
+    }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
-        ld32b(field<0, 128>(t, g) + 32 * (part >> 1), r.qs);
-        ld_scales12(field<128, 12>(t, g), r.sc);
-        r.dm = ldu32(field<140, 4>(t, g));
+        ld16(field<0, 128>(t, g) + 16 * part, r.qs);
+        uint4 m = *(const uint4 *)field<128, 16>(t, g);
+        r.dm = m.x, r.sc[0] = (int)m.y, r.sc[1] = (int)m.z, r.sc[2] = (int)m.w;
     }
     __device__ static void decode(const kraw &r, int part, kpart &p) {
-        int shift = 4 * (part & 1);
-#pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = (r.qs[i] >> shift) & 0x0F0F0F0F;
-        int sc, mn;
-        scale_min_k4(r.sc, part, sc, mn);
+        nibbles32(r.qs, p);
+        int s4 = 4 * part;
+        int sc = ((r.sc[0] >> s4) & 15) | (((r.sc[2] >> s4) & 3) << 4);
+        int mn = ((r.sc[1] >> s4) & 15) | (((r.sc[2] >> s4) & 12) << 2);
         set_scale(p, half_lo(r.dm) * (float)sc, -half_hi(r.dm) * (float)mn);
     }
 };

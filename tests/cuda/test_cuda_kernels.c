@@ -56,22 +56,23 @@ static bool has_reference(kiln_type type) {
 
 /* y = W x with x as the GPU sees it (Q8_1 for quantized types): only summation order differs from the double
  * reference, so the bound is tight; the error against the unquantized x is printed for the record. */
-static void check_gemv(kiln_type type, bool swiglu, int k) {
-    const int n = 301; /* not a multiple of the rows per block */
+static void check_gemv_case(kiln_type type, bool swiglu, bool accumulate, int k, int n) {
     float *deq, *deq_up = NULL;
     uint8_t *w = random_rows(type, k, n, &deq), *w_up = swiglu ? random_rows(type, k, n, &deq_up) : NULL;
     size_t rb = kiln_row_size(type, k);
     float *x = malloc(sizeof(float) * k), *xs = malloc(sizeof(float) * k), *y = malloc(sizeof(float) * n);
+    float *y0 = malloc(sizeof(float) * n);
     double *ref = malloc(sizeof(double) * n), *ref_exact = malloc(sizeof(double) * n);
     uint8_t *q = malloc(Q8_1_BYTES(k));
     rng_fill(x, k, 1.0f);
-    float *dx = gpu_upload(x, sizeof(float) * k), *dy = gpu_alloc(sizeof(float) * n);
+    rng_fill(y0, n, accumulate ? 1.0f : 0.0f);
+    float *dx = gpu_upload(x, sizeof(float) * k), *dy = gpu_upload(y0, sizeof(float) * n);
     void *dq = gpu_alloc(Q8_1_BYTES(k));
     kiln_cuda_matrix m = {upload_matrix(type, w, k, n), type, k, n, rb}, mu = m;
     if (swiglu) mu.data = upload_matrix(type, w_up, k, n);
     bool quantized = kiln_cuda_type_uses_q8_1(type);
     if (quantized) kiln_cuda_quantize_q8_1(dx, dq, k, 1, 0);
-    int rc = swiglu ? kiln_cuda_gemv_swiglu(&m, &mu, dq, dx, dy, 0) : kiln_cuda_gemv(&m, dq, dx, dy, false, 0);
+    int rc = swiglu ? kiln_cuda_gemv_swiglu(&m, &mu, dq, dx, dy, 0) : kiln_cuda_gemv(&m, dq, dx, dy, accumulate, 0);
     assert_int_equal(rc, 0);
     CUDA_SYNC();
     CUDA_OK(cudaMemcpy(y, dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
@@ -87,16 +88,21 @@ static void check_gemv(kiln_type type, bool swiglu, int k) {
             a += (double)deq[(size_t)r * k + i] * xs[i], ae += (double)deq[(size_t)r * k + i] * x[i];
             if (swiglu) b += (double)deq_up[(size_t)r * k + i] * xs[i], be += (double)deq_up[(size_t)r * k + i] * x[i];
         }
-        ref[r] = swiglu ? a / (1 + exp(-a)) * b : a;
-        ref_exact[r] = swiglu ? ae / (1 + exp(-ae)) * be : ae;
+        ref[r] = y0[r] + (swiglu ? a / (1 + exp(-a)) * b : a);
+        ref_exact[r] = y0[r] + (swiglu ? ae / (1 + exp(-ae)) * be : ae);
     }
     double e = rel_err(y, ref, n), e_exact = rel_err(y, ref_exact, n);
-    fprintf(stderr, "gemv%s %-5s k %5d rel err %.2e (vs unquantized activations %.2e)\n", swiglu ? "+swiglu" : "",
-            kiln_type_name(type), k, e, e_exact);
+    fprintf(stderr, "gemv%s%s %-5s k %5d n %5d rel err %.2e (vs unquantized activations %.2e)\n",
+            swiglu ? "+swiglu" : "", accumulate ? "+=" : "", kiln_type_name(type), k, n, e, e_exact);
     assert_true(e < 1e-5);
     assert_true(e_exact < (quantized ? 3e-2 : 1e-5));
-    free(deq), free(deq_up), free(w), free(w_up), free(x), free(xs), free(y), free(ref), free(ref_exact), free(q);
+    free(deq), free(deq_up), free(w), free(w_up), free(x), free(xs), free(y), free(y0), free(ref), free(ref_exact);
+    free(q);
     gpu_free_all();
+}
+
+static void check_gemv(kiln_type type, bool swiglu, int k) {
+    check_gemv_case(type, swiglu, false, k, 301); /* not a multiple of the rows per block */
 }
 
 /* Three matrices of different heights (the Q/K/V form), the first two of type tq, the last of tv, each against its
@@ -241,6 +247,7 @@ static void test_type(void **state) {
     check_gemv(type, false, 1024);
     check_gemv(type, true, 1024);
     check_gemv(type, false, 3328); /* four parts a lane in one batch, the fourth past the row's end for most lanes */
+    check_gemv_case(type, false, true, 1536, 1000); /* the residual add */
     /* batches of four on a row of two batches, the second part-empty: the form KILN_CUDA_GEMV_BATCH=4 forces */
     setenv("KILN_CUDA_GEMV_BATCH", "4", 1);
     check_gemv(type, false, 6144);
