@@ -7,7 +7,7 @@
  * instead of unaligned 2-byte loads strided by an 18- or 210-byte block, which cost 5-10 times the L1 wavefronts
  * and capped the GEMVs near 40% of bandwidth. Field f of block g lives at base + soa_off_f * n_blocks + g * size_f;
  * kiln_cuda_repack() converts from the file layout (fields and offsets listed per format below, as in blocks.h). A
- * format may also rewrite its block first (to_device: Q4_K), into an order of the same size that takes fewer
+ * format may also rewrite its block first (to_device: Q4_K, Q6_K), into an order of the same size that takes fewer
  * instructions to decode.
  *
  * Values. Every format is reduced to one shape,
@@ -332,26 +332,47 @@ struct q5_K_t {
     }
 };
 
-/* Q6_K: ql[128] (part p = 4n + j: nibble j / 2 of ql[64n + 32 (j & 1) ..]), qh[64] (two bits at shift 2j of
- * qh[32n ..]), int8 scales[16] (8n + 2j and the next), d. q = bits - 32. */
+/* Q6_K. In the file: ql[128] (part p = 4n + j: nibble j / 2 of ql[64n + 32 (j & 1) ..]), qh[64] (two bits at
+ * shift 2j of qh[32n ..]), int8 scales[16] (part p's two at 2p), d; q = bits - 32. On the device (to_device, at
+ * upload) each part's low nibbles are 16 bytes of their own, packed as Q4_0's, and its high bits 8 bytes of their
+ * own: element 4k + b's at bit 2 (k % 4) of byte 4 (k / 4) + b, so that each word of the decoded part takes its
+ * high bits with one constant shift and mask. A part is four loads (16, 8, 2 and 2 bytes) where the file's order
+ * took six (64 bytes for 24 of use), with run-time shifts of every word. */
 struct q6_K_t {
     static constexpr int block_bytes = 210, parts = 8, n_fields = 4;
     static constexpr bool has_min = false;
-    static constexpr int raw_words = 18; /* registers a loaded part holds */
-    static constexpr kfield fields[n_fields] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
+    static constexpr int raw_words = 8; /* registers a loaded part holds */
+    static constexpr kfield fields[n_fields] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}}; /* of to_device's block */
+    __device__ static void to_device(const uint8_t *in, uint8_t *out) {
+        const uint8_t *ql = in, *qh = in + 128;
+        for (int p = 0; p < 8; p++) {
+            int n = p >> 2, j = p & 3;
+            uint8_t lo[32], hi[8] = {0};
+            for (int e = 0; e < 32; e++) {
+                lo[e] = (uint8_t)((ql[64 * n + 32 * (j & 1) + e] >> (4 * (j >> 1))) & 15);
+                int k = e / 4, b = e % 4;
+                hi[4 * (k / 4) + b] |= (uint8_t)(((qh[32 * n + e] >> (2 * j)) & 3) << (2 * (k % 4)));
+            }
+            for (int i = 0; i < 16; i++) out[16 * p + i] = (uint8_t)(lo[i] | (lo[16 + i] << 4));
+            for (int i = 0; i < 8; i++) out[128 + 8 * p + i] = hi[i];
+        }
+        for (int i = 192; i < 210; i++) out[i] = in[i];
+    }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
-        int n = part >> 2, j = part & 3;
-        ld32b(field<0, 128>(t, g) + 64 * n + 32 * (j & 1), r.qs);
-        ld32b(field<128, 64>(t, g) + 32 * n, r.hi);
-        r.sc[0] = (int)ldu16(field<192, 16>(t, g) + 8 * n + 2 * j);
+        ld16(field<0, 128>(t, g) + 16 * part, r.qs);
+        uint2 h = *(const uint2 *)(field<128, 64>(t, g) + 8 * part);
+        r.hi[0] = (int)h.x, r.hi[1] = (int)h.y;
+        r.sc[0] = (int)ldu16(field<192, 16>(t, g) + 2 * part);
         r.dm = ldu16(field<208, 2>(t, g));
     }
     __device__ static void decode(const kraw &r, int part, kpart &p) {
-        int lshift = 4 * ((part & 3) >> 1), hshift = 2 * (part & 3);
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-            p.q[i] = __vsub4(((r.qs[i] >> lshift) & 0x0F0F0F0F) | (((r.hi[i] >> hshift) & 0x03030303) << 4),
-                             0x20202020);
+        for (int k = 0; k < 8; k++) {
+            int lo = k < 4 ? r.qs[k] & 0x0F0F0F0F : (r.qs[k - 4] >> 4) & 0x0F0F0F0F;
+            uint32_t h = (uint32_t)r.hi[k >> 2], j = k & 3;
+            uint32_t hb = j == 3 ? h >> 2 : h << (4 - 2 * j);
+            p.q[k] = __vsub4(lo | (int)(hb & 0x30303030u), 0x20202020);
+        }
         float d = half_lo(r.dm);
         p.d[0] = d * (float)(int8_t)(r.sc[0] & 0xFF);
         p.d[1] = d * (float)(int8_t)(r.sc[0] >> 8);
