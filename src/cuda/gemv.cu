@@ -20,9 +20,10 @@
  * from 1.3-1.9 waves to 1-1.5, gate/up from 4.5 to 3.4. Measured on H100 (tg128, alternating in one run): llama3-8b
  * 431.6 and 431.8 tok/s against 413.3 for the build before (+4.4%); built for 7 blocks (72 registers) the same
  * launches gained 1.2% where 8 gained 5.5% (one run, each against a context of its size). On
- * qwen2-1.5b (rows of 1536; only gate/up, 2240 blocks, and the head pass one wave) the form lost 1.3% (1076.7
- * against 1090.5 without it), and 2.3% used everywhere: with a part or two a lane, a warp's loads are all out at
- * once in either form, and the tighter budget costs; its head alone gains in it (wide_launch).
+ * qwen2-1.5b (rows of 1536; only gate/up, 2240 blocks, and the head pass one wave) the form lost 1.3% at first
+ * (1076.7 against 1090.5 without it), and 2.3% used everywhere: with a part or two a lane, a warp's loads are all
+ * out at once in either form, and the tighter budget cost; since Q4_K and Q6_K parts hold fewer registers it gains
+ * there too (wide_launch).
  * KILN_CUDA_GEMV_WAVES=1 always and =0 never take it, for comparisons. */
 #define GEMV_WIDE_MIN_BLOCKS 8
 #define GEMV_PREFETCH_MB 4.0
@@ -389,17 +390,18 @@ static int parts_per_batch(int n_parts, int split) {
     return forced == 4 || per_lane <= 4 ? 4 : 2;
 }
 
-/* Whether a launch of `blocks` over rows of n_parts takes the form built for GEMV_WIDE_MIN_BLOCKS blocks an SM: more
- * than one wave at GEMV_MIN_BLOCKS, and for the gate/up pair rows of 128 parts or more (or as KILN_CUDA_GEMV_WAVES
- * says; read at launch, like KILN_CUDA_GEMV_BATCH). One matrix of short rows past one wave is qwen2-1.5b's head
- * (151,936 rows of 48 parts, one batch a warp, 48 waves at 6 blocks an SM, 36 at 8): on H100 its tg128 gained
- * 0.7-0.9% with the wide form (1225.4 and 1228.1 tok/s against 1218.6 and 1217.3 for a control context in the same
- * runs); qwen2-1.5b's gate/up pair in it lost (the line above GEMV_WIDE_MIN_BLOCKS). */
-static bool wide_launch(int blocks, int n_parts, bool swiglu) {
+/* Whether a launch of `blocks` takes the form built for GEMV_WIDE_MIN_BLOCKS blocks an SM: more than one wave at
+ * GEMV_MIN_BLOCKS (or as KILN_CUDA_GEMV_WAVES says; read at launch, like KILN_CUDA_GEMV_BATCH). Short rows past one
+ * wave are qwen2-1.5b's head (151,936 rows of 48 parts, one batch a warp, 48 waves at 6 blocks an SM, 36 at 8): on
+ * H100 its tg128 gained 0.7-0.9% in the wide form (1225.4 and 1228.1 tok/s against 1218.6 and 1217.3 for a control
+ * context in the same runs); and its gate/up pair (2240 blocks of 48-part rows), which lost 1.3% in it while a
+ * loaded Q4_K part held 12 registers, gained 0.9-1.0% once it held 8 (device blocks of their own, quant_unpack.cuh):
+ * 1298.6 and 1299.2 tok/s against 1287.1 and 1286.3, H100. */
+static bool wide_launch(int blocks) {
     const char *e = getenv("KILN_CUDA_GEMV_WAVES");
     if (e && *e) return atoi(e) == 1;
     int sms = sm_count();
-    return sms > 0 && (n_parts >= 128 || !swiglu) && blocks > GEMV_MIN_BLOCKS * sms;
+    return sms > 0 && blocks > GEMV_MIN_BLOCKS * sms;
 }
 
 /* Long rows past one wave: the two-part form for 8 blocks an SM (GEMV_WIDE_MIN_BLOCKS); else batch 4 where the
@@ -408,7 +410,7 @@ template <class F, bool SWIGLU, int SPLIT, bool NORM>
 static void launch_batched(int batch, int blocks, int rows_per_block, int row_bytes, cudaStream_t stream,
                            const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
     if constexpr (!NORM)
-        if (wide_launch(blocks, n_parts, SWIGLU))
+        if (wide_launch(blocks))
             return launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 2, GEMV_WIDE_MIN_BLOCKS>>(
                 blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
     if constexpr (!SWIGLU && !NORM && SPLIT == 1 && F::raw_words <= GEMV_BATCH4_WORDS)
@@ -494,7 +496,7 @@ static void launch_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, co
     }
     int n_parts = ms[0]->k / 32, batch = parts_per_batch(n_parts, 1);
     int bytes = F1::block_bytes > F2::block_bytes ? F1::block_bytes : F2::block_bytes;
-    if (wide_launch(blocks, n_parts, false))
+    if (wide_launch(blocks))
         launch_mixed_as<F1, F2, 2, 2, GEMV_WIDE_MIN_BLOCKS>(blocks, bytes, stream, job, n_parts, xq);
     else if (mixed_batch<F1>(batch) == 4)
         launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, n_parts, xq);
