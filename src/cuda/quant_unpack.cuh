@@ -7,7 +7,7 @@
  * instead of unaligned 2-byte loads strided by an 18- or 210-byte block, which cost 5-10 times the L1 wavefronts
  * and capped the GEMVs near 40% of bandwidth. Field f of block g lives at base + soa_off_f * n_blocks + g * size_f;
  * kiln_cuda_repack() converts from the file layout (fields and offsets listed per format below, as in blocks.h). A
- * format may also rewrite its block first (to_device: Q4_K, Q6_K), into an order of the same size that takes fewer
+ * format may also rewrite its block first (to_device: Q4_K, Q5_K, Q6_K), into an order of the same size that takes fewer
  * instructions to decode.
  *
  * Values. Every format is reduced to one shape,
@@ -92,16 +92,6 @@ __device__ __forceinline__ void add_fifth_bit(uint32_t qh, kpart &p) {
 __device__ __forceinline__ void center(kpart &p, int bias4) {
 #pragma unroll
     for (int i = 0; i < 8; i++) p.q[i] = __vsub4(p.q[i], bias4);
-}
-
-/* Q5_K: 6-bit scale and min of sub-block j (run-time) from the 12 packed bytes, held as three words. Both
- * forms are computed and one selected: a branch here would split a GEMV's batch of loads (see kraw). */
-__device__ __forceinline__ void scale_min_k4(const int w[3], int j, int &sc, int &mn) {
-    int sh = 8 * (j & 3);
-    int b0 = (w[0] >> sh) & 0xFF, b1 = (w[1] >> sh) & 0xFF, b2 = (w[2] >> sh) & 0xFF;
-    int sc_hi = (b2 & 0xF) | ((b0 >> 6) << 4), mn_hi = (b2 >> 4) | ((b1 >> 6) << 4);
-    sc = j < 4 ? b0 & 63 : sc_hi;
-    mn = j < 4 ? b1 & 63 : mn_hi;
 }
 
 /* The bytes of one part as loaded, before any arithmetic: load() fills what its format has, decode() turns them
@@ -265,70 +255,100 @@ struct q3_K_t {
     }
 };
 
-/* Q4_K. In the file: d, dmin, the 8 sub-blocks' 6-bit scales and mins packed in 12 bytes, qs[128] (part p: nibble
- * p & 1 of qs[32 (p / 2) ..]). On the device (to_device, at upload), each part's 32 nibbles are 16 bytes of their
- * own, packed as Q4_0's (elements 0..15 in the low nibbles, 16..31 in the high), and d, dmin and the scales are one
- * 16-byte field: d, dmin, then three words whose nibble p holds part p's scale (low 4 bits), its min (low 4 bits)
- * and the top two bits of both (the scale's at bit 0, the min's at bit 2). A part is two 16-byte loads and a
- * constant shift a value, where the file's order took six loads, a run-time shift of every word and a run-time byte
- * select of the scales. */
+/* Q4_K and Q5_K share their file block's first 16 bytes (d, dmin, the 8 sub-blocks' 6-bit scales and mins packed in
+ * 12 bytes) and the low 4 bits of their weights (qs[128], part p: nibble p & 1 of qs[32 (p / 2) ..]). On the device
+ * (to_device, at upload) each part's 32 low nibbles are 16 bytes of their own, packed as Q4_0's (elements 0..15 in
+ * the low nibbles, 16..31 in the high), and d, dmin and the scales are one 16-byte field: d, dmin, then three words
+ * whose nibble p holds part p's scale (low 4 bits), its min (low 4 bits) and the top two bits of both (the scale's
+ * at bit 0, the min's at bit 2). */
+__device__ inline void k4_low_nibbles(const uint8_t *qs, uint8_t *out) {
+    for (int p = 0; p < 8; p++) {
+        const uint8_t *src = qs + 32 * (p >> 1);
+        int sh = 4 * (p & 1);
+        for (int i = 0; i < 16; i++)
+            out[16 * p + i] = (uint8_t)(((src[i] >> sh) & 15) | (((src[16 + i] >> sh) & 15) << 4));
+    }
+}
+
+__device__ inline void k4_meta(const uint8_t *in, uint8_t *out) {
+    const uint8_t *sc = in + 4;
+    uint32_t lo_sc = 0, lo_mn = 0, hi = 0;
+    for (int p = 0; p < 8; p++) {
+        int s = p < 4 ? sc[p] & 63 : (sc[p + 4] & 0xF) | ((sc[p - 4] >> 6) << 4);
+        int m = p < 4 ? sc[p + 4] & 63 : (sc[p + 4] >> 4) | ((sc[p] >> 6) << 4);
+        lo_sc |= (uint32_t)(s & 15) << (4 * p);
+        lo_mn |= (uint32_t)(m & 15) << (4 * p);
+        hi |= (uint32_t)((s >> 4) | ((m >> 4) << 2)) << (4 * p);
+    }
+    uint32_t meta[4] = {(uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24,
+                        lo_sc, lo_mn, hi};
+    for (int i = 0; i < 16; i++) out[i] = (uint8_t)(meta[i / 4] >> (8 * (i % 4)));
+}
+
+__device__ __forceinline__ void k4_load_meta(const uint8_t *p, kraw &r) {
+    uint4 m = *(const uint4 *)p;
+    r.dm = m.x, r.sc[0] = (int)m.y, r.sc[1] = (int)m.z, r.sc[2] = (int)m.w;
+}
+
+__device__ __forceinline__ void k4_set_scale(const kraw &r, int part, kpart &p) {
+    int s4 = 4 * part;
+    int sc = ((r.sc[0] >> s4) & 15) | (((r.sc[2] >> s4) & 3) << 4);
+    int mn = ((r.sc[1] >> s4) & 15) | (((r.sc[2] >> s4) & 12) << 2);
+    set_scale(p, half_lo(r.dm) * (float)sc, -half_hi(r.dm) * (float)mn);
+}
+
+/* Q4_K: the K-quant block above, device order as k4_low_nibbles and k4_meta make it. A part is two 16-byte loads
+ * and a constant shift a value, where the file's order took six loads, a run-time shift of every word and a run-time
+ * byte select of the scales. */
 struct q4_K_t {
     static constexpr int block_bytes = 144, parts = 8, n_fields = 2;
     static constexpr bool has_min = true;
     static constexpr int raw_words = 8; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{0, 128}, {128, 16}}; /* of to_device's block */
     __device__ static void to_device(const uint8_t *in, uint8_t *out) {
-        const uint8_t *sc = in + 4, *qs = in + 16;
-        uint32_t lo_sc = 0, lo_mn = 0, hi = 0;
-        for (int p = 0; p < 8; p++) {
-            int s = p < 4 ? sc[p] & 63 : (sc[p + 4] & 0xF) | ((sc[p - 4] >> 6) << 4);
-            int m = p < 4 ? sc[p + 4] & 63 : (sc[p + 4] >> 4) | ((sc[p] >> 6) << 4);
-            lo_sc |= (uint32_t)(s & 15) << (4 * p);
-            lo_mn |= (uint32_t)(m & 15) << (4 * p);
-            hi |= (uint32_t)((s >> 4) | ((m >> 4) << 2)) << (4 * p);
-            const uint8_t *src = qs + 32 * (p >> 1);
-            int sh = 4 * (p & 1);
-            for (int i = 0; i < 16; i++)
-                out[16 * p + i] = (uint8_t)(((src[i] >> sh) & 15) | (((src[16 + i] >> sh) & 15) << 4));
-        }
-        uint32_t meta[4] = {(uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24,
-                            lo_sc, lo_mn, hi};
-        for (int i = 0; i < 16; i++) out[128 + i] = (uint8_t)(meta[i / 4] >> (8 * (i % 4)));
+        k4_low_nibbles(in + 16, out);
+        k4_meta(in, out + 128);
     }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
         ld16(field<0, 128>(t, g) + 16 * part, r.qs);
-        uint4 m = *(const uint4 *)field<128, 16>(t, g);
-        r.dm = m.x, r.sc[0] = (int)m.y, r.sc[1] = (int)m.z, r.sc[2] = (int)m.w;
+        k4_load_meta(field<128, 16>(t, g), r);
     }
     __device__ static void decode(const kraw &r, int part, kpart &p) {
         nibbles32(r.qs, p);
-        int s4 = 4 * part;
-        int sc = ((r.sc[0] >> s4) & 15) | (((r.sc[2] >> s4) & 3) << 4);
-        int mn = ((r.sc[1] >> s4) & 15) | (((r.sc[2] >> s4) & 12) << 2);
-        set_scale(p, half_lo(r.dm) * (float)sc, -half_hi(r.dm) * (float)mn);
+        k4_set_scale(r, part, p);
     }
 };
 
-/* Q5_K: as Q4_K plus qh[32], whose bit p of qh[e] is the fifth bit. */
+/* Q5_K: as Q4_K plus qh[32] (file offset 16, before qs), whose bit p of qh[e] is the fifth bit of part p's element
+ * e. On the device each part's fifth bits are one word of their own, element 4k + b's at bit 8b + k, so that word k
+ * of the decoded part takes its four with one shift and mask: three loads a part (16, 4 and 16 bytes) where the
+ * file's order took eight. */
 struct q5_K_t {
-    static constexpr int block_bytes = 176, parts = 8, n_fields = 4;
+    static constexpr int block_bytes = 176, parts = 8, n_fields = 3;
     static constexpr bool has_min = true;
-    static constexpr int raw_words = 20; /* registers a loaded part holds */
-    static constexpr kfield fields[n_fields] = {{48, 128}, {16, 32}, {4, 12}, {0, 4}};
+    static constexpr int raw_words = 9; /* registers a loaded part holds */
+    static constexpr kfield fields[n_fields] = {{0, 128}, {128, 32}, {160, 16}}; /* of to_device's block */
+    __device__ static void to_device(const uint8_t *in, uint8_t *out) {
+        const uint8_t *qh = in + 16;
+        k4_low_nibbles(in + 48, out);
+        for (int p = 0; p < 8; p++) {
+            uint32_t h = 0;
+            for (int e = 0; e < 32; e++) h |= (uint32_t)((qh[e] >> p) & 1) << (8 * (e % 4) + e / 4);
+            for (int i = 0; i < 4; i++) out[128 + 4 * p + i] = (uint8_t)(h >> (8 * i));
+        }
+        k4_meta(in, out + 160);
+    }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
-        ld32b(field<0, 128>(t, g) + 32 * (part >> 1), r.qs);
-        ld32b(field<128, 32>(t, g), r.hi);
-        ld_scales12(field<160, 12>(t, g), r.sc);
-        r.dm = ldu32(field<172, 4>(t, g));
+        ld16(field<0, 128>(t, g) + 16 * part, r.qs);
+        r.hi[0] = (int)ldu32(field<128, 32>(t, g) + 4 * part);
+        k4_load_meta(field<160, 16>(t, g), r);
     }
     __device__ static void decode(const kraw &r, int part, kpart &p) {
-        int shift = 4 * (part & 1);
+        nibbles32(r.qs, p);
+        uint32_t h = (uint32_t)r.hi[0];
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-            p.q[i] = ((r.qs[i] >> shift) & 0x0F0F0F0F) | (((r.hi[i] >> part) & 0x01010101) << 4);
-        int sc, mn;
-        scale_min_k4(r.sc, part, sc, mn);
-        set_scale(p, half_lo(r.dm) * (float)sc, -half_hi(r.dm) * (float)mn);
+        for (int k = 0; k < 8; k++) p.q[k] |= (int)((k <= 4 ? h << (4 - k) : h >> (k - 4)) & 0x10101010u);
+        k4_set_scale(r, part, p);
     }
 };
 
