@@ -7,7 +7,7 @@
  * instead of unaligned 2-byte loads strided by an 18- or 210-byte block, which cost 5-10 times the L1 wavefronts
  * and capped the GEMVs near 40% of bandwidth. Field f of block g lives at base + soa_off_f * n_blocks + g * size_f;
  * kiln_cuda_repack() converts from the file layout (fields and offsets listed per format below, as in blocks.h). A
- * format may also rewrite its block first (to_device: Q4_K, Q5_K, Q6_K), into an order of the same size that takes fewer
+ * format may also rewrite its block first (to_device: the K-quants), into an order of the same size that takes fewer
  * instructions to decode.
  *
  * Values. Every format is reduced to one shape,
@@ -55,11 +55,6 @@ __device__ __forceinline__ void ld16(const uint8_t *p, int w[4]) {
 __device__ __forceinline__ void ld32b(const uint8_t *p, int w[8]) {
     ld16(p, w);
     ld16(p + 16, w + 4);
-}
-
-/* Byte idx (0..7, run-time) of two words. */
-__device__ __forceinline__ int byte_of(int w0, int w1, int idx) {
-    return (((idx & 4) ? w1 : w0) >> (8 * (idx & 3))) & 0xFF;
 }
 
 __device__ __forceinline__ void set_scale(kpart &p, float d, float m) {
@@ -195,22 +190,47 @@ struct q8_0_t {
     }
 };
 
-/* Q2_K: qs[64] (part p = 4n + j: the 2-bit fields at shift 2j of qs[32n ..]), scales[16] (sub-blocks 2p and 2p+1:
- * low nibble scale, high nibble min), d and dmin. */
+/* Q2_K and Q3_K keep their weights' low two bits in qs[64] (part p = 4n + j: the 2-bit fields at shift 2j of
+ * qs[32n ..]). On the device (to_device, at upload) each part's 32 fields are 8 bytes of their own, element 4k + b's
+ * at bit 2 (k % 4) of byte 4 (k / 4) + b, so that word k of the decoded part takes its four with one constant shift
+ * and mask (low2_word). */
+__device__ inline void k2_low_bits(const uint8_t *qs, uint8_t *out) {
+    for (int p = 0; p < 8; p++) {
+        int n = p >> 2, j = p & 3;
+        uint8_t b[8] = {0};
+        for (int e = 0; e < 32; e++)
+            b[4 * (e / 16) + e % 4] |= (uint8_t)(((qs[32 * n + e] >> (2 * j)) & 3) << (2 * ((e / 4) % 4)));
+        for (int i = 0; i < 8; i++) out[8 * p + i] = b[i];
+    }
+}
+
+__device__ __forceinline__ int low2_word(const int w[2], int k) {
+    return (w[k >> 2] >> (2 * (k & 3))) & 0x03030303;
+}
+
+/* Q2_K: in the file scales[16] (sub-blocks 2p and 2p+1: low nibble scale, high nibble min), qs[64], d and dmin;
+ * on the device the low bits as k2_low_bits makes them. A part is three loads (8, 2 and 4 bytes), where the file's
+ * order took four (32 bytes of qs for 8 of use). */
 struct q2_K_t {
     static constexpr int block_bytes = 84, parts = 8, n_fields = 3;
     static constexpr bool has_min = true;
-    static constexpr int raw_words = 10; /* registers a loaded part holds */
-    static constexpr kfield fields[n_fields] = {{16, 64}, {0, 16}, {80, 4}};
+    static constexpr int raw_words = 4; /* registers a loaded part holds */
+    static constexpr kfield fields[n_fields] = {{0, 64}, {64, 16}, {80, 4}}; /* of to_device's block */
+    __device__ static void to_device(const uint8_t *in, uint8_t *out) {
+        k2_low_bits(in + 16, out);
+        for (int i = 0; i < 16; i++) out[64 + i] = in[i];
+        for (int i = 0; i < 4; i++) out[80 + i] = in[80 + i];
+    }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
-        ld32b(field<0, 64>(t, g) + 32 * (part >> 2), r.qs);
+        uint2 q = *(const uint2 *)(field<0, 64>(t, g) + 8 * part);
+        r.qs[0] = (int)q.x, r.qs[1] = (int)q.y;
         r.sc[0] = (int)ldu16(field<64, 16>(t, g) + 2 * part);
         r.dm = ldu32(field<80, 4>(t, g));
     }
     __device__ static void decode(const kraw &r, int part, kpart &p) {
-        int shift = 2 * (part & 3), sc = r.sc[0];
+        int sc = r.sc[0];
 #pragma unroll
-        for (int i = 0; i < 8; i++) p.q[i] = (r.qs[i] >> shift) & 0x03030303;
+        for (int k = 0; k < 8; k++) p.q[k] = low2_word(r.qs, k);
         float d = half_lo(r.dm), dmin = half_hi(r.dm);
         p.d[0] = d * (float)(sc & 0xF), p.m[0] = -dmin * (float)((sc >> 4) & 0xF);
         p.d[1] = d * (float)((sc >> 8) & 0xF), p.m[1] = -dmin * (float)(sc >> 12);
@@ -223,34 +243,53 @@ __device__ __forceinline__ void ld_scales12(const uint8_t *p, int sc[3]) {
     sc[0] = w[0], sc[1] = w[1], sc[2] = w[2];
 }
 
-/* Q3_K: qs[64] (low two bits, as Q2_K), hmask[32] (bit p of hmask[e] is the third bit), 16 six-bit scales biased by
- * 32 packed in 12 bytes, d. q = bits - 4. */
+/* Q3_K: in the file hmask[32] (bit p of hmask[e] is part p's third bit of element e), qs[64], 16 six-bit scales
+ * biased by 32 packed in 12 bytes, d; q = bits - 4. On the device the low bits as k2_low_bits makes them, each
+ * part's third bits one word of their own (element 4k + b's at bit 8b + k, as Q5_K's fifth bits), and the scales
+ * re-packed in their 12 bytes: the low nibbles of scales 0..7 and of 8..15 in one word each (nibble i % 8), their top
+ * two bits in the third (bits 2i). A part is six loads (8, 4, three of 4, 2 bytes) where the file's order took eight
+ * (64 bytes for 12 of use), with constant shifts and no run-time byte select. */
 struct q3_K_t {
     static constexpr int block_bytes = 110, parts = 8, n_fields = 4;
     static constexpr bool has_min = false;
-    static constexpr int raw_words = 20; /* registers a loaded part holds */
-    static constexpr kfield fields[n_fields] = {{32, 64}, {0, 32}, {96, 12}, {108, 2}};
-    __device__ static int scale(const int *s, int i) {
-        int lo = i < 8 ? byte_of(s[0], s[1], i) & 0xF : byte_of(s[0], s[1], i - 8) >> 4;
-        int hi = (((s[2] >> (8 * (i & 3))) & 0xFF) >> (2 * (i >> 2))) & 3;
-        return (lo | (hi << 4)) - 32;
+    static constexpr int raw_words = 7; /* registers a loaded part holds */
+    static constexpr kfield fields[n_fields] = {{0, 64}, {64, 32}, {96, 12}, {108, 2}}; /* of to_device's block */
+    __device__ static void to_device(const uint8_t *in, uint8_t *out) {
+        const uint8_t *hmask = in, *sc = in + 96;
+        k2_low_bits(in + 32, out);
+        for (int p = 0; p < 8; p++) {
+            uint32_t h = 0;
+            for (int e = 0; e < 32; e++) h |= (uint32_t)((hmask[e] >> p) & 1) << (8 * (e % 4) + e / 4);
+            for (int i = 0; i < 4; i++) out[64 + 4 * p + i] = (uint8_t)(h >> (8 * i));
+        }
+        uint32_t w[3] = {0, 0, 0};
+        for (int i = 0; i < 16; i++) {
+            int lo = i < 8 ? sc[i] & 0xF : sc[i - 8] >> 4;
+            int hi = (sc[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+            w[i / 8] |= (uint32_t)lo << (4 * (i % 8));
+            w[2] |= (uint32_t)hi << (2 * i);
+        }
+        for (int i = 0; i < 12; i++) out[96 + i] = (uint8_t)(w[i / 4] >> (8 * (i % 4)));
+        out[108] = in[108], out[109] = in[109];
     }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
-        ld32b(field<0, 64>(t, g) + 32 * (part >> 2), r.qs);
-        ld32b(field<64, 32>(t, g), r.hi);
+        uint2 q = *(const uint2 *)(field<0, 64>(t, g) + 8 * part);
+        r.qs[0] = (int)q.x, r.qs[1] = (int)q.y;
+        r.hi[0] = (int)ldu32(field<64, 32>(t, g) + 4 * part);
         ld_scales12(field<96, 12>(t, g), r.sc);
         r.dm = ldu16(field<108, 2>(t, g));
     }
     __device__ static void decode(const kraw &r, int part, kpart &p) {
-        int shift = 2 * (part & 3);
+        uint32_t h = (uint32_t)r.hi[0];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int bits = ((r.qs[i] >> shift) & 0x03030303) | (((r.hi[i] >> part) & 0x01010101) << 2);
-            p.q[i] = __vsub4(bits, 0x04040404);
+        for (int k = 0; k < 8; k++) {
+            int third = (int)((k <= 2 ? h << (2 - k) : h >> (k - 2)) & 0x04040404u);
+            p.q[k] = __vsub4(low2_word(r.qs, k) | third, 0x04040404);
         }
+        int lo = part < 4 ? r.sc[0] : r.sc[1], s8 = 8 * (part & 3), h4 = (r.sc[2] >> (4 * part)) & 15;
         float d = half_lo(r.dm);
-        p.d[0] = d * (float)scale(r.sc, 2 * part);
-        p.d[1] = d * (float)scale(r.sc, 2 * part + 1);
+        p.d[0] = d * (float)((((lo >> s8) & 15) | ((h4 & 3) << 4)) - 32);
+        p.d[1] = d * (float)((((lo >> (s8 + 4)) & 15) | ((h4 >> 2) << 4)) - 32);
         p.m[0] = p.m[1] = 0.0f;
     }
 };
