@@ -62,11 +62,6 @@ __device__ __forceinline__ void set_scale(kpart &p, float d, float m) {
     p.m[0] = p.m[1] = m;
 }
 
-/* Four bits of `bits` (bit i) moved to bit 4 of byte i: the fifth bit of Q5 weights. */
-__device__ __forceinline__ int spread_bit4(uint32_t bits) {
-    return (int)(((bits & 1) << 4) | ((bits & 2) << 11) | ((bits & 4) << 18) | ((bits & 8) << 25));
-}
-
 /* Low nibbles of 16 bytes are elements 0..15, high nibbles 16..31: the Q4_0/Q4_1/Q5 packing. */
 __device__ __forceinline__ void nibbles32(const int w[4], kpart &p) {
 #pragma unroll
@@ -76,12 +71,31 @@ __device__ __forceinline__ void nibbles32(const int w[4], kpart &p) {
     }
 }
 
-__device__ __forceinline__ void add_fifth_bit(uint32_t qh, kpart &p) {
+/* One bit of each of a part's 32 weights (Q5_0/Q5_1/Q5_K's fifth, Q3_K's third) as the device keeps it: element
+ * 4k + b's at bit 8b + k of one word, so that word k of the decoded part takes its four with one shift and mask
+ * (bit_for_word, to bit AT of each byte). bit_word makes it from bit `shift` of 32 bytes in element order. */
+__device__ inline uint32_t bit_word(const uint8_t *bits, int shift) {
+    uint32_t h = 0;
+    for (int e = 0; e < 32; e++) h |= (uint32_t)((bits[e] >> shift) & 1) << (8 * (e % 4) + e / 4);
+    return h;
+}
+
+/* The same from a little-endian word whose bit e is element e's (Q5_0's and Q5_1's qh), in place. */
+__device__ inline void bit_word_in_place(uint8_t *qh) {
+    uint8_t bits[32];
+    for (int e = 0; e < 32; e++) bits[e] = (uint8_t)((qh[e / 8] >> (e % 8)) & 1);
+    uint32_t h = bit_word(bits, 0);
+    for (int i = 0; i < 4; i++) qh[i] = (uint8_t)(h >> (8 * i));
+}
+
+template <int AT>
+__device__ __forceinline__ int bit_for_word(uint32_t h, int k) {
+    return (int)((k <= AT ? h << (AT - k) : h >> (k - AT)) & (0x01010101u << AT));
+}
+
+__device__ __forceinline__ void add_fifth_bit(uint32_t h, kpart &p) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        p.q[i] |= spread_bit4(qh >> (4 * i));
-        p.q[4 + i] |= spread_bit4(qh >> (16 + 4 * i));
-    }
+    for (int k = 0; k < 8; k++) p.q[k] |= bit_for_word<4>(h, k);
 }
 
 __device__ __forceinline__ void center(kpart &p, int bias4) {
@@ -139,11 +153,18 @@ struct q4_1_t {
     }
 };
 
+/* Q5_0 and Q5_1: Q4_0's and Q4_1's blocks plus qh, a word whose bit e is element e's fifth bit; on the device qh
+ * is in bit_word's order (a decoded word takes its four fifth bits with one shift and mask, where spreading them
+ * from element order took seven operations a word). */
 struct q5_0_t {
     static constexpr int block_bytes = 22, parts = 1, n_fields = 3;
     static constexpr bool has_min = false;
     static constexpr int raw_words = 6; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{6, 16}, {2, 4}, {0, 2}};
+    __device__ static void to_device(const uint8_t *in, uint8_t *out) { /* qh as bit_word's */
+        for (int i = 0; i < block_bytes; i++) out[i] = in[i];
+        bit_word_in_place(out + 2);
+    }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
         ld16(field<0, 16>(t, g), r.qs);
         r.sc[0] = (int)ldu32(field<16, 4>(t, g));
@@ -162,6 +183,10 @@ struct q5_1_t {
     static constexpr bool has_min = true;
     static constexpr int raw_words = 6; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{8, 16}, {4, 4}, {0, 4}};
+    __device__ static void to_device(const uint8_t *in, uint8_t *out) { /* qh as bit_word's */
+        for (int i = 0; i < block_bytes; i++) out[i] = in[i];
+        bit_word_in_place(out + 4);
+    }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
         ld16(field<0, 16>(t, g), r.qs);
         r.sc[0] = (int)ldu32(field<16, 4>(t, g));
@@ -258,8 +283,7 @@ struct q3_K_t {
         const uint8_t *hmask = in, *sc = in + 96;
         k2_low_bits(in + 32, out);
         for (int p = 0; p < 8; p++) {
-            uint32_t h = 0;
-            for (int e = 0; e < 32; e++) h |= (uint32_t)((hmask[e] >> p) & 1) << (8 * (e % 4) + e / 4);
+            uint32_t h = bit_word(hmask, p);
             for (int i = 0; i < 4; i++) out[64 + 4 * p + i] = (uint8_t)(h >> (8 * i));
         }
         uint32_t w[3] = {0, 0, 0};
@@ -282,10 +306,7 @@ struct q3_K_t {
     __device__ static void decode(const kraw &r, int part, kpart &p) {
         uint32_t h = (uint32_t)r.hi[0];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            int third = (int)((k <= 2 ? h << (2 - k) : h >> (k - 2)) & 0x04040404u);
-            p.q[k] = __vsub4(low2_word(r.qs, k) | third, 0x04040404);
-        }
+        for (int k = 0; k < 8; k++) p.q[k] = __vsub4(low2_word(r.qs, k) | bit_for_word<2>(h, k), 0x04040404);
         int lo = part < 4 ? r.sc[0] : r.sc[1], s8 = 8 * (part & 3), h4 = (r.sc[2] >> (4 * part)) & 15;
         float d = half_lo(r.dm);
         p.d[0] = d * (float)((((lo >> s8) & 15) | ((h4 & 3) << 4)) - 32);
@@ -371,8 +392,7 @@ struct q5_K_t {
         const uint8_t *qh = in + 16;
         k4_low_nibbles(in + 48, out);
         for (int p = 0; p < 8; p++) {
-            uint32_t h = 0;
-            for (int e = 0; e < 32; e++) h |= (uint32_t)((qh[e] >> p) & 1) << (8 * (e % 4) + e / 4);
+            uint32_t h = bit_word(qh, p);
             for (int i = 0; i < 4; i++) out[128 + 4 * p + i] = (uint8_t)(h >> (8 * i));
         }
         k4_meta(in, out + 160);
@@ -384,9 +404,7 @@ struct q5_K_t {
     }
     __device__ static void decode(const kraw &r, int part, kpart &p) {
         nibbles32(r.qs, p);
-        uint32_t h = (uint32_t)r.hi[0];
-#pragma unroll
-        for (int k = 0; k < 8; k++) p.q[k] |= (int)((k <= 4 ? h << (4 - k) : h >> (k - 4)) & 0x10101010u);
+        add_fifth_bit((uint32_t)r.hi[0], p);
         k4_set_scale(r, part, p);
     }
 };
