@@ -150,7 +150,6 @@ extern "C" void kiln_cuda_swiglu(const float *gate, const float *up, float *out,
     swiglu_kernel<<<div_up(n, 256), 256, 0, stream>>>(gate, up, out, n);
 }
 
-/* File layout -> device layout (see quant_unpack.cuh): one thread per block copies each field to its array. */
 /* Formats whose device block is not the file's bytes in another order: F::to_device rewrites a block first. */
 template <class F, class = void>
 struct has_to_device : std::false_type {};
@@ -169,6 +168,7 @@ static repack_fields fields_of(void) {
     return r;
 }
 
+/* File layout -> device layout (see quant_unpack.cuh): one thread per block copies each field to its array. */
 template <class F>
 __global__ void repack_kernel(repack_fields fl, const uint8_t *src, uint8_t *dst, int64_t n_blocks) {
     int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -52,6 +52,11 @@ __device__ __forceinline__ void ld16(const uint8_t *p, int w[4]) {
     w[0] = (int)v.x, w[1] = (int)v.y, w[2] = (int)v.z, w[3] = (int)v.w;
 }
 
+__device__ __forceinline__ void ld8(const uint8_t *p, int w[2]) {
+    uint2 v = *(const uint2 *)p;
+    w[0] = (int)v.x, w[1] = (int)v.y;
+}
+
 __device__ __forceinline__ void ld32b(const uint8_t *p, int w[8]) {
     ld16(p, w);
     ld16(p + 16, w + 4);
@@ -71,6 +76,11 @@ __device__ __forceinline__ void nibbles32(const int w[4], kpart &p) {
     }
 }
 
+/* w as 4 little-endian bytes (to_device's rewritten fields) */
+__device__ inline void put_word(uint8_t *out, uint32_t w) {
+    for (int i = 0; i < 4; i++) out[i] = (uint8_t)(w >> (8 * i));
+}
+
 /* One bit of each of a part's 32 weights (Q5_0/Q5_1/Q5_K's fifth, Q3_K's third) as the device keeps it: element
  * 4k + b's at bit 8b + k of one word, so that word k of the decoded part takes its four with one shift and mask
  * (bit_for_word, to bit AT of each byte). bit_word makes it from bit `shift` of 32 bytes in element order. */
@@ -84,8 +94,7 @@ __device__ inline uint32_t bit_word(const uint8_t *bits, int shift) {
 __device__ inline void bit_word_in_place(uint8_t *qh) {
     uint8_t bits[32];
     for (int e = 0; e < 32; e++) bits[e] = (uint8_t)((qh[e / 8] >> (e % 8)) & 1);
-    uint32_t h = bit_word(bits, 0);
-    for (int i = 0; i < 4; i++) qh[i] = (uint8_t)(h >> (8 * i));
+    put_word(qh, bit_word(bits, 0));
 }
 
 template <int AT>
@@ -247,8 +256,7 @@ struct q2_K_t {
         for (int i = 0; i < 4; i++) out[80 + i] = in[80 + i];
     }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
-        uint2 q = *(const uint2 *)(field<0, 64>(t, g) + 8 * part);
-        r.qs[0] = (int)q.x, r.qs[1] = (int)q.y;
+        ld8(field<0, 64>(t, g) + 8 * part, r.qs);
         r.sc[0] = (int)ldu16(field<64, 16>(t, g) + 2 * part);
         r.dm = ldu32(field<80, 4>(t, g));
     }
@@ -282,10 +290,7 @@ struct q3_K_t {
     __device__ static void to_device(const uint8_t *in, uint8_t *out) {
         const uint8_t *hmask = in, *sc = in + 96;
         k2_low_bits(in + 32, out);
-        for (int p = 0; p < 8; p++) {
-            uint32_t h = bit_word(hmask, p);
-            for (int i = 0; i < 4; i++) out[64 + 4 * p + i] = (uint8_t)(h >> (8 * i));
-        }
+        for (int p = 0; p < 8; p++) put_word(out + 64 + 4 * p, bit_word(hmask, p));
         uint32_t w[3] = {0, 0, 0};
         for (int i = 0; i < 16; i++) {
             int lo = i < 8 ? sc[i] & 0xF : sc[i - 8] >> 4;
@@ -293,12 +298,11 @@ struct q3_K_t {
             w[i / 8] |= (uint32_t)lo << (4 * (i % 8));
             w[2] |= (uint32_t)hi << (2 * i);
         }
-        for (int i = 0; i < 12; i++) out[96 + i] = (uint8_t)(w[i / 4] >> (8 * (i % 4)));
+        for (int i = 0; i < 3; i++) put_word(out + 96 + 4 * i, w[i]);
         out[108] = in[108], out[109] = in[109];
     }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
-        uint2 q = *(const uint2 *)(field<0, 64>(t, g) + 8 * part);
-        r.qs[0] = (int)q.x, r.qs[1] = (int)q.y;
+        ld8(field<0, 64>(t, g) + 8 * part, r.qs);
         r.hi[0] = (int)ldu32(field<64, 32>(t, g) + 4 * part);
         ld_scales12(field<96, 12>(t, g), r.sc);
         r.dm = ldu16(field<108, 2>(t, g));
@@ -340,9 +344,8 @@ __device__ inline void k4_meta(const uint8_t *in, uint8_t *out) {
         lo_mn |= (uint32_t)(m & 15) << (4 * p);
         hi |= (uint32_t)((s >> 4) | ((m >> 4) << 2)) << (4 * p);
     }
-    uint32_t meta[4] = {(uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24,
-                        lo_sc, lo_mn, hi};
-    for (int i = 0; i < 16; i++) out[i] = (uint8_t)(meta[i / 4] >> (8 * (i % 4)));
+    for (int i = 0; i < 4; i++) out[i] = in[i]; /* d, dmin */
+    put_word(out + 4, lo_sc), put_word(out + 8, lo_mn), put_word(out + 12, hi);
 }
 
 __device__ __forceinline__ void k4_load_meta(const uint8_t *p, kraw &r) {
@@ -391,10 +394,7 @@ struct q5_K_t {
     __device__ static void to_device(const uint8_t *in, uint8_t *out) {
         const uint8_t *qh = in + 16;
         k4_low_nibbles(in + 48, out);
-        for (int p = 0; p < 8; p++) {
-            uint32_t h = bit_word(qh, p);
-            for (int i = 0; i < 4; i++) out[128 + 4 * p + i] = (uint8_t)(h >> (8 * i));
-        }
+        for (int p = 0; p < 8; p++) put_word(out + 128 + 4 * p, bit_word(qh, p));
         k4_meta(in, out + 160);
     }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
@@ -412,8 +412,8 @@ struct q5_K_t {
 /* Q6_K. In the file: ql[128] (part p = 4n + j: nibble j / 2 of ql[64n + 32 (j & 1) ..]), qh[64] (two bits at
  * shift 2j of qh[32n ..]), int8 scales[16] (part p's two at 2p), d; q = bits - 32. On the device (to_device, at
  * upload) each part's low nibbles are 16 bytes of their own, packed as Q4_0's, and its high bits 8 bytes of their
- * own: element 4k + b's at bit 2 (k % 4) of byte 4 (k / 4) + b, so that each word of the decoded part takes its
- * high bits with one constant shift and mask. A part is four loads (16, 8, 2 and 2 bytes) where the file's order
+ * own, as k2_low_bits lays out 2-bit fields, so that each word of the decoded part takes its high bits with one
+ * constant shift and mask. A part is four loads (16, 8, 2 and 2 bytes) where the file's order
  * took six (64 bytes for 24 of use), with run-time shifts of every word. */
 struct q6_K_t {
     static constexpr int block_bytes = 210, parts = 8, n_fields = 4;
@@ -421,24 +421,19 @@ struct q6_K_t {
     static constexpr int raw_words = 8; /* registers a loaded part holds */
     static constexpr kfield fields[n_fields] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}}; /* of to_device's block */
     __device__ static void to_device(const uint8_t *in, uint8_t *out) {
-        const uint8_t *ql = in, *qh = in + 128;
+        const uint8_t *ql = in;
         for (int p = 0; p < 8; p++) {
-            int n = p >> 2, j = p & 3;
-            uint8_t lo[32], hi[8] = {0};
-            for (int e = 0; e < 32; e++) {
-                lo[e] = (uint8_t)((ql[64 * n + 32 * (j & 1) + e] >> (4 * (j >> 1))) & 15);
-                int k = e / 4, b = e % 4;
-                hi[4 * (k / 4) + b] |= (uint8_t)(((qh[32 * n + e] >> (2 * j)) & 3) << (2 * (k % 4)));
-            }
-            for (int i = 0; i < 16; i++) out[16 * p + i] = (uint8_t)(lo[i] | (lo[16 + i] << 4));
-            for (int i = 0; i < 8; i++) out[128 + 8 * p + i] = hi[i];
+            const uint8_t *src = ql + 64 * (p >> 2) + 32 * (p & 1);
+            int sh = 4 * ((p & 3) >> 1);
+            for (int i = 0; i < 16; i++)
+                out[16 * p + i] = (uint8_t)(((src[i] >> sh) & 15) | (((src[16 + i] >> sh) & 15) << 4));
         }
+        k2_low_bits(in + 128, out + 128); /* qh's 2-bit fields sit as Q2_K's qs */
         for (int i = 192; i < 210; i++) out[i] = in[i];
     }
     __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) {
         ld16(field<0, 128>(t, g) + 16 * part, r.qs);
-        uint2 h = *(const uint2 *)(field<128, 64>(t, g) + 8 * part);
-        r.hi[0] = (int)h.x, r.hi[1] = (int)h.y;
+        ld8(field<128, 64>(t, g) + 8 * part, r.hi);
         r.sc[0] = (int)ldu16(field<192, 16>(t, g) + 2 * part);
         r.dm = ldu16(field<208, 2>(t, g));
     }
@@ -446,9 +441,7 @@ struct q6_K_t {
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             int lo = k < 4 ? r.qs[k] & 0x0F0F0F0F : (r.qs[k - 4] >> 4) & 0x0F0F0F0F;
-            uint32_t h = (uint32_t)r.hi[k >> 2], j = k & 3;
-            uint32_t hb = j == 3 ? h >> 2 : h << (4 - 2 * j);
-            p.q[k] = __vsub4(lo | (int)(hb & 0x30303030u), 0x20202020);
+            p.q[k] = __vsub4(lo | (low2_word(r.hi, k) << 4), 0x20202020);
         }
         float d = half_lo(r.dm);
         p.d[0] = d * (float)(int8_t)(r.sc[0] & 0xFF);
