@@ -45,9 +45,13 @@ __device__ __forceinline__ void store_row(float *y, int row, float v, bool accum
 }
 
 /* Up to three matrices of one type and width in one launch (Q, K and V read the same activations): blocks are
- * dealt to the matrices in order, first[m] being matrix m's first block. With SWIGLU, w[0] is the gate, w[1] the up
- * matrix and one output is written. */
+ * dealt to the matrices in order, first[m] being matrix m's first block. With GEMV_SWIGLU, w[0] is the gate, w[1]
+ * the up matrix and one output is written. */
 #define GEMV_MAX_MATS 3
+
+/* The rows a warp takes (the kernels' TWO): one; a gate row and its up row, whose SwiGLU it writes; or rows r and
+ * r + n / 2 of one matrix (pair_launch says where). Both two-row forms read each activation once for the two. */
+enum { GEMV_ONE, GEMV_SWIGLU, GEMV_PAIR };
 
 struct gemv_job {
     qtensor w[GEMV_MAX_MATS];
@@ -126,21 +130,21 @@ __device__ void norm_by_last_block(const kiln_cuda_norm_args &a, const float *x,
     }
 }
 
-/* The weights of a lane's batch of parts u0, u0 + 32 * SPLIT, ... (of both matrices with SWIGLU): their loads
- * only, all issued before dot_batch waits for any. */
-template <class F, bool SWIGLU, int SPLIT, int BATCH>
-__device__ __forceinline__ void load_batch(const qtensor &w, const qtensor &up, int64_t g0, int u0, int end,
-                                           kraw (&ra)[BATCH], kraw (&rb)[BATCH], int (&uc)[BATCH]) {
+/* The weights of a lane's batch of parts u0, u0 + 32 * SPLIT, ... (of both rows with TWO, the second's blocks
+ * up_off after the first's in up): their loads only, all issued before dot_batch waits for any. */
+template <class F, int TWO, int SPLIT, int BATCH>
+__device__ __forceinline__ void load_batch(const qtensor &w, const qtensor &up, int64_t g0, int64_t up_off, int u0,
+                                           int end, kraw (&ra)[BATCH], kraw (&rb)[BATCH], int (&uc)[BATCH]) {
 #pragma unroll
     for (int i = 0; i < BATCH; i++) {
         uc[i] = min(u0 + 32 * SPLIT * i, end - 1);
         int64_t g = g0 + uc[i] / F::parts;
         F::load(w, g, uc[i] % F::parts, ra[i]);
-        if (SWIGLU) F::load(up, g, uc[i] % F::parts, rb[i]);
+        if (TWO) F::load(up, g + up_off, uc[i] % F::parts, rb[i]);
     }
 }
 
-template <class F, bool SWIGLU, int SPLIT, int BATCH>
+template <class F, int TWO, int SPLIT, int BATCH>
 __device__ __forceinline__ void dot_batch(const kraw (&ra)[BATCH], const kraw (&rb)[BATCH], const int (&uc)[BATCH],
                                           int u0, int end, const q8_1_view &x, float &a, float &b) {
     __syncwarp(); /* keeps the batch's loads before it: left alone, the compiler moves each next to its first use */
@@ -149,7 +153,7 @@ __device__ __forceinline__ void dot_batch(const kraw (&ra)[BATCH], const kraw (&
         bool in_row = u0 + 32 * SPLIT * i < end;
         float da = dot_loaded<F>(ra[i], uc[i] % F::parts, x, uc[i]);
         a += in_row ? da : 0.0f;
-        if (SWIGLU) {
+        if (TWO) {
             float db = dot_loaded<F>(rb[i], uc[i] % F::parts, x, uc[i]);
             b += in_row ? db : 0.0f;
         }
@@ -157,26 +161,30 @@ __device__ __forceinline__ void dot_batch(const kraw (&ra)[BATCH], const kraw (&
 }
 
 /* SPLIT warps per row (each takes every SPLIT-th run of 32 parts; long rows, like the FFN down projection's, then
- * keep more loads in flight). A lane dots BATCH parts of a row (of each matrix, with SWIGLU) in one go: the batch is
+ * keep more loads in flight). A lane dots BATCH parts of a row (of both rows, with TWO) in one go: the batch is
  * one branch-free block, so all its weight loads are issued before the first product waits for DRAM (a loop of one
  * part at a time, even unrolled, has an exit test between parts, and each part's loads waited for the previous
  * part's). Parts past the row's end read its last part again, always in bounds, and count for nothing. The matrix
  * is picked with constant indices: a run-time index into the parameter arrays would copy them to local memory. */
-template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH, bool EARLY>
+template <class F, int TWO, int SPLIT, bool NORM, int BATCH, bool EARLY>
 __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
     qtensor w = job.w[0];
     float *y = job.y[0];
     int n = job.n[0], first = 0;
-    if (!SWIGLU && job.n_mats > 1 && (int)blockIdx.x >= job.first[1]) w = job.w[1], y = job.y[1], n = job.n[1], first = job.first[1];
-    if (!SWIGLU && job.n_mats > 2 && (int)blockIdx.x >= job.first[2]) w = job.w[2], y = job.y[2], n = job.n[2], first = job.first[2];
+    if (TWO != GEMV_SWIGLU && job.n_mats > 1 && (int)blockIdx.x >= job.first[1])
+        w = job.w[1], y = job.y[1], n = job.n[1], first = job.first[1];
+    if (TWO != GEMV_SWIGLU && job.n_mats > 2 && (int)blockIdx.x >= job.first[2])
+        w = job.w[2], y = job.y[2], n = job.n[2], first = job.first[2];
     int slice = threadIdx.y % SPLIT;
     int row0 = ((int)blockIdx.x - first) * (GEMV_ROWS_PER_BLOCK / SPLIT), row = row0 + threadIdx.y / SPLIT;
-    const qtensor up = job.w[1];
+    qtensor up = job.w[1];
+    int64_t up_off = 0;
+    if (TWO == GEMV_PAIR) n /= 2, up = w, up_off = (int64_t)n * (n_parts / F::parts); /* n: the pairs */
     if ((int)blockIdx.x < ex.prefetch_blocks && slice == 0 && row < n) {
         int64_t blocks_per_row = n_parts / F::parts, g0 = row * blocks_per_row;
         int64_t g1 = g0 + min(blocks_per_row, (int64_t)ex.prefetch_row_blocks);
         prefetch_blocks<F>(w, g0, g1);
-        if (SWIGLU) prefetch_blocks<F>(up, g0, g1);
+        if (TWO) prefetch_blocks<F>(up, g0 + up_off, g1 + up_off);
     }
     constexpr int STEP = 32 * SPLIT * BATCH;
     float a = 0.0f, b = 0.0f;
@@ -192,11 +200,11 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         int64_t g0 = (int64_t)row * (n_parts / F::parts);
         int end = row < n ? n_parts : 0;
         bool any = 32 * slice < end; /* the warp goes round together */
-        if (any) load_batch<F, SWIGLU, SPLIT, BATCH>(w, up, g0, u_first, end, ra, rb, uc);
+        if (any) load_batch<F, TWO, SPLIT, BATCH>(w, up, g0, up_off, u_first, end, ra, rb, uc);
         pdl_wait_and_release();
         if (SPLIT == 1 && row >= n && !NORM) return; /* as below */
         q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
-        if (any) dot_batch<F, SWIGLU, SPLIT, BATCH>(ra, rb, uc, u_first, end, x, a, b);
+        if (any) dot_batch<F, TWO, SPLIT, BATCH>(ra, rb, uc, u_first, end, x, a, b);
         u_first += STEP;
     } else {
         pdl_wait_and_release();
@@ -209,11 +217,11 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
     for (int u0 = u_first; u0 - lane < end; u0 += STEP) { /* the warp goes round together */
         kraw ra[BATCH], rb[BATCH];
         int uc[BATCH];
-        load_batch<F, SWIGLU, SPLIT, BATCH>(w, up, g0, u0, end, ra, rb, uc);
-        dot_batch<F, SWIGLU, SPLIT, BATCH>(ra, rb, uc, u0, end, x, a, b);
+        load_batch<F, TWO, SPLIT, BATCH>(w, up, g0, up_off, u0, end, ra, rb, uc);
+        dot_batch<F, TWO, SPLIT, BATCH>(ra, rb, uc, u0, end, x, a, b);
     }
     a = warp_sum(a);
-    if (SWIGLU) b = warp_sum(b);
+    if (TWO) b = warp_sum(b);
     if (SPLIT > 1) {
         __shared__ float sa[GEMV_ROWS_PER_BLOCK], sb[GEMV_ROWS_PER_BLOCK];
         if (threadIdx.x == 0) sa[threadIdx.y] = a, sb[threadIdx.y] = b;
@@ -224,8 +232,9 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
             for (int s = 1; s < SPLIT; s++) a += sa[threadIdx.y + s], b += sb[threadIdx.y + s];
     }
     if (threadIdx.x == 0 && (!NORM || (slice == 0 && row < n))) {
-        if (SWIGLU) y[row] = silu(a) * b;
+        if (TWO == GEMV_SWIGLU) y[row] = silu(a) * b;
         else store_row(y, row, a, job.accumulate);
+        if (TWO == GEMV_PAIR) store_row(y, row + n, b, job.accumulate);
     }
     if (NORM) norm_by_last_block(ex.norm, y, n);
 }
@@ -237,25 +246,25 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
  * with the build before): qwen2-1.5b 1176-1179 tok/s against 1168-1170, llama3-8b 454.6 against 450.3-451.1. */
 #define GEMV_EARLY_WORDS 48
 
-template <class F, bool SWIGLU, int BATCH, int MIN_BLOCKS>
+template <class F, int TWO, int BATCH, int MIN_BLOCKS>
 __host__ __device__ constexpr bool early_batch() {
-    return (MIN_BLOCKS < GEMV_WIDE_MIN_BLOCKS || !SWIGLU) && BATCH * F::raw_words * (SWIGLU ? 2 : 1) <= GEMV_EARLY_WORDS;
+    return (MIN_BLOCKS < GEMV_WIDE_MIN_BLOCKS || !TWO) && BATCH * F::raw_words * (TWO ? 2 : 1) <= GEMV_EARLY_WORDS;
 }
 
-template <class F, bool SWIGLU, int SPLIT, bool NORM, int BATCH, int MIN_BLOCKS>
+template <class F, int TWO, int SPLIT, bool NORM, int BATCH, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_q_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
-    gemv_rows<F, SWIGLU, SPLIT, NORM, BATCH, early_batch<F, SWIGLU, BATCH, MIN_BLOCKS>()>(job, ex, n_parts, xq);
+    gemv_rows<F, TWO, SPLIT, NORM, BATCH, early_batch<F, TWO, BATCH, MIN_BLOCKS>()>(job, ex, n_parts, xq);
 }
 
 /* Three matrices whose last is of another type (Q and K in F1, V in F2: Q4_K_M and Q5_K_M keep V in Q6_K in some
  * layers) in one launch instead of two; the branch is the same for a whole block. */
-template <class F1, int BATCH1, class F2, int BATCH2, int MIN_BLOCKS>
+template <class F1, int BATCH1, class F2, int BATCH2, int MIN_BLOCKS, int TWO>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_q_mixed_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
-    constexpr bool early = early_batch<F1, false, BATCH1, MIN_BLOCKS>() && early_batch<F2, false, BATCH2, MIN_BLOCKS>();
-    if ((int)blockIdx.x < job.first[2]) gemv_rows<F1, false, 1, false, BATCH1, early>(job, ex, n_parts, xq);
-    else gemv_rows<F2, false, 1, false, BATCH2, early>(job, ex, n_parts, xq);
+    constexpr bool early = early_batch<F1, TWO, BATCH1, MIN_BLOCKS>() && early_batch<F2, TWO, BATCH2, MIN_BLOCKS>();
+    if ((int)blockIdx.x < job.first[2]) gemv_rows<F1, TWO, 1, false, BATCH1, early>(job, ex, n_parts, xq);
+    else gemv_rows<F2, TWO, 1, false, BATCH2, early>(job, ex, n_parts, xq);
 }
 
 template <kiln_type T>
@@ -406,48 +415,38 @@ static bool wide_launch(int blocks) {
 
 /* Long rows past one wave: the two-part form for 8 blocks an SM (GEMV_WIDE_MIN_BLOCKS); else batch 4 where the
  * form and format allow it (above), else 2. */
-template <class F, bool SWIGLU, int SPLIT, bool NORM>
+template <class F, int TWO, int SPLIT, bool NORM>
 static void launch_batched(int batch, int blocks, int rows_per_block, int row_bytes, cudaStream_t stream,
                            const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
     if constexpr (!NORM)
         if (wide_launch(blocks))
-            return launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 2, GEMV_WIDE_MIN_BLOCKS>>(
+            return launch_gemv<gemv_q_kernel<F, TWO, SPLIT, NORM, 2, GEMV_WIDE_MIN_BLOCKS>>(
                 blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
-    if constexpr (!SWIGLU && !NORM && SPLIT == 1 && F::raw_words <= GEMV_BATCH4_WORDS)
+    if constexpr (!TWO && !NORM && SPLIT == 1 && F::raw_words <= GEMV_BATCH4_WORDS)
         if (batch == 4)
-            return launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 4, GEMV_MIN_BLOCKS>>(
+            return launch_gemv<gemv_q_kernel<F, TWO, SPLIT, NORM, 4, GEMV_MIN_BLOCKS>>(
                 blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
-    launch_gemv<gemv_q_kernel<F, SWIGLU, SPLIT, NORM, 2, GEMV_MIN_BLOCKS>>(blocks, rows_per_block, row_bytes, stream,
+    launch_gemv<gemv_q_kernel<F, TWO, SPLIT, NORM, 2, GEMV_MIN_BLOCKS>>(blocks, rows_per_block, row_bytes, stream,
                                                                           job, ex, n_parts, xq);
 }
 
-/* ms[0..n_mats) share type and width (checked by the callers); job brings accumulate; norm, when non-NULL, the
- * norm the last block does. */
-template <bool SWIGLU>
-static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq, gemv_job job,
-                        const kiln_cuda_norm_args *norm, cudaStream_t stream) {
+template <int TWO>
+static int launch_quant_as(const kiln_cuda_matrix *const *ms, int n_mats, const void *xq, gemv_job job,
+                           const kiln_cuda_norm_args *norm, cudaStream_t stream, int split, int blocks,
+                           int rows_per_block) {
     const kiln_cuda_matrix *m0 = ms[0];
-    job.n_mats = n_mats;
-    int split = warps_per_row(m0);
-    int blocks = 0, rows_per_block = GEMV_ROWS_PER_BLOCK / split;
-    for (int i = 0; i < n_mats; i++) {
-        job.y[i] = ys[i];
-        job.n[i] = ms[i]->n;
-        job.first[i] = blocks;
-        if (!SWIGLU || i == 0) blocks += div_up(ms[i]->n, rows_per_block);
-    }
     int n_parts = m0->k / 32;
     /* the norm's form only where it is asked for: it takes more registers */
-    constexpr bool CAN_NORM = !SWIGLU;
+    constexpr bool CAN_NORM = !TWO;
     gemv_extras ex = {};
     if (norm) ex.norm = *norm;
     switch (m0->type) {
 #define GO(F, S, E)                                                                                                    \
-    launch_batched<F, SWIGLU, S, E>(batch, blocks, rows_per_block, bytes, stream, job, ex, n_parts, xq)
+    launch_batched<F, TWO, S, E>(batch, blocks, rows_per_block, bytes, stream, job, ex, n_parts, xq)
 #define X(id, F)                                                                                                       \
     case id: {                                                                                                         \
         for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                              \
-        int bytes = F::block_bytes * (SWIGLU ? 2 : 1);                                                                \
+        int bytes = F::block_bytes * (TWO ? 2 : 1);                                                                \
         int batch = parts_per_batch(n_parts, split);                                                                   \
         if (split == 2) norm ? GO(F, 2, CAN_NORM) : GO(F, 2, false);                                                   \
         else norm ? GO(F, 1, CAN_NORM) : GO(F, 1, false);                                                              \
@@ -458,6 +457,61 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
 #undef GO
     default: return -1;
     }
+}
+
+/* Blocks of a launch over ms[0..n_mats), one warp a row (or a row pair, or with SwiGLU a gate row and its up row:
+ * the up matrix takes no blocks of its own). */
+static int count_blocks(const kiln_cuda_matrix *const *ms, int n_mats, int rows_per_block, int two) {
+    int blocks = 0;
+    for (int i = 0; i < n_mats && (two != GEMV_SWIGLU || i == 0); i++)
+        blocks += div_up(two == GEMV_PAIR ? ms[i]->n / 2 : ms[i]->n, rows_per_block);
+    return blocks;
+}
+
+/* Deals the blocks to the matrices in order (job.first) and returns the grid's size. */
+static int deal_blocks(gemv_job &job, const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats,
+                       int rows_per_block, int two) {
+    job.n_mats = n_mats;
+    for (int i = 0; i < n_mats; i++) {
+        job.y[i] = ys[i];
+        job.n[i] = ms[i]->n;
+        job.first[i] = count_blocks(ms, i, rows_per_block, two);
+    }
+    return count_blocks(ms, n_mats, rows_per_block, two);
+}
+
+/* Whether a launch of one warp a row takes row pairs instead (GEMV_PAIR: rows r and r + n / 2 in one warp, which
+ * reads each activation once for both and keeps two rows' loads in flight): where the rows pass one wave even in the
+ * wide form and their pairs fit one wave of the plain form, so every warp is resident from the start and none waits
+ * for a second wave. That is llama3-8b's Q/K/V (1536 blocks, 1.45 waves in the wide form, 768 of pairs). Measured
+ * (tg128): on H200 against a context without pairs in the same run, llama3-8b +1.2% with Q/K/V in pairs, -2.2% with
+ * the output and down projections (1024 blocks, one wave already) in pairs too, qwen2-1.5b (launches under one wave
+ * or past two) -1.2 to -1.3% with pairs anywhere; on H100 against the build before, alternating, llama3-8b 489.8 and
+ * 491.1 tok/s against 487.3 and 487.2 (+0.7%), qwen2-1.5b even. KILN_CUDA_GEMV_PAIR=1 takes pairs wherever the rows
+ * allow, =0 never (read at launch, like KILN_CUDA_GEMV_WAVES). */
+static bool pair_launch(const kiln_cuda_matrix *const *ms, int n_mats) {
+    for (int i = 0; i < n_mats; i++)
+        if (ms[i]->n % 2) return false;
+    const char *e = getenv("KILN_CUDA_GEMV_PAIR");
+    if (e && *e) return atoi(e) == 1;
+    int sms = sm_count();
+    return sms > 0 && count_blocks(ms, n_mats, GEMV_ROWS_PER_BLOCK, GEMV_ONE) > GEMV_WIDE_MIN_BLOCKS * sms &&
+           count_blocks(ms, n_mats, GEMV_ROWS_PER_BLOCK, GEMV_PAIR) <= GEMV_MIN_BLOCKS * sms;
+}
+
+/* ms[0..n_mats) share type and width (checked by the callers); job brings accumulate; norm, when non-NULL, the
+ * norm the last block does. */
+template <bool SWIGLU>
+static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq, gemv_job job,
+                        const kiln_cuda_norm_args *norm, cudaStream_t stream) {
+    int split = warps_per_row(ms[0]), rows_per_block = GEMV_ROWS_PER_BLOCK / split;
+    if (!SWIGLU && split == 1 && !norm && pair_launch(ms, n_mats)) {
+        int blocks = deal_blocks(job, ms, ys, n_mats, rows_per_block, GEMV_PAIR);
+        return launch_quant_as<GEMV_PAIR>(ms, n_mats, xq, job, norm, stream, split, blocks, rows_per_block);
+    }
+    constexpr int two = SWIGLU ? GEMV_SWIGLU : GEMV_ONE;
+    int blocks = deal_blocks(job, ms, ys, n_mats, rows_per_block, two);
+    return launch_quant_as<two>(ms, n_mats, xq, job, norm, stream, split, blocks, rows_per_block);
 }
 
 extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
@@ -475,27 +529,24 @@ static constexpr int mixed_batch(int batch) {
     return batch == 4 && F::raw_words <= GEMV_BATCH4_WORDS ? 4 : 2;
 }
 
-template <class F1, class F2, int B1, int B2, int MIN_BLOCKS = GEMV_MIN_BLOCKS>
+template <class F1, class F2, int B1, int B2, int MIN_BLOCKS = GEMV_MIN_BLOCKS, int TWO = GEMV_ONE>
 static void launch_mixed_as(int blocks, int row_bytes, cudaStream_t stream, const gemv_job &job, int n_parts,
                             const void *xq) {
-    launch_gemv<gemv_q_mixed_kernel<F1, B1, F2, B2, MIN_BLOCKS>>(blocks, GEMV_ROWS_PER_BLOCK, row_bytes, stream, job,
-                                                                 gemv_extras{}, n_parts, xq);
+    launch_gemv<gemv_q_mixed_kernel<F1, B1, F2, B2, MIN_BLOCKS, TWO>>(blocks, GEMV_ROWS_PER_BLOCK, row_bytes, stream,
+                                                                      job, gemv_extras{}, n_parts, xq);
 }
 
 template <class F1, class F2>
 static void launch_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, const void *xq, cudaStream_t stream) {
     gemv_job job = {};
-    job.n_mats = 3;
-    int blocks = 0;
-    for (int i = 0; i < 3; i++) {
-        job.w[i] = i < 2 ? tensor_of<F1>(ms[i]) : tensor_of<F2>(ms[i]);
-        job.y[i] = ys[i];
-        job.n[i] = ms[i]->n;
-        job.first[i] = blocks;
-        blocks += div_up(ms[i]->n, GEMV_ROWS_PER_BLOCK);
-    }
+    for (int i = 0; i < 3; i++) job.w[i] = i < 2 ? tensor_of<F1>(ms[i]) : tensor_of<F2>(ms[i]);
     int n_parts = ms[0]->k / 32, batch = parts_per_batch(n_parts, 1);
     int bytes = F1::block_bytes > F2::block_bytes ? F1::block_bytes : F2::block_bytes;
+    if (pair_launch(ms, 3)) {
+        int blocks = deal_blocks(job, ms, ys, 3, GEMV_ROWS_PER_BLOCK, GEMV_PAIR);
+        return launch_mixed_as<F1, F2, 2, 2, GEMV_MIN_BLOCKS, GEMV_PAIR>(blocks, 2 * bytes, stream, job, n_parts, xq);
+    }
+    int blocks = deal_blocks(job, ms, ys, 3, GEMV_ROWS_PER_BLOCK, GEMV_ONE);
     if (wide_launch(blocks))
         launch_mixed_as<F1, F2, 2, 2, GEMV_WIDE_MIN_BLOCKS>(blocks, bytes, stream, job, n_parts, xq);
     else if (mixed_batch<F1>(batch) == 4)

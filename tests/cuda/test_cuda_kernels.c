@@ -262,6 +262,12 @@ static void test_type(void **state) {
     check_gemv(type, true, 1536);
     if (type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K) check_gemv(type, false, 8448);
     unsetenv("KILN_CUDA_GEMV_WAVES");
+    /* row pairs (rows r and r + n / 2 a warp), forced on these few rows: the residual add, Q/K/V, two batches */
+    setenv("KILN_CUDA_GEMV_PAIR", "1", 1);
+    check_gemv_case(type, false, true, 1536, 1000);
+    check_gemv_case(type, false, false, 6144, 302);
+    if (kiln_cuda_type_uses_q8_1(type)) check_gemv_multi(type, type, 512);
+    unsetenv("KILN_CUDA_GEMV_PAIR");
     check_dequant(type);
 }
 
@@ -276,6 +282,10 @@ static void test_gemv_mixed(void **state) {
     setenv("KILN_CUDA_GEMV_WAVES", "1", 1); /* the 8-blocks-an-SM form of launches past one wave */
     check_gemv_multi(KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, 4096);
     unsetenv("KILN_CUDA_GEMV_WAVES");
+    setenv("KILN_CUDA_GEMV_PAIR", "1", 1); /* row pairs, as llama3-8b's Q/K/V take them */
+    check_gemv_multi(KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, 4096);
+    check_gemv_multi(KILN_TYPE_Q5_K, KILN_TYPE_Q6_K, 1536);
+    unsetenv("KILN_CUDA_GEMV_PAIR");
 }
 
 /* Rows of n with a residual: each width takes one of the kernel's forms (a run of 4 values a thread up to 4096,
