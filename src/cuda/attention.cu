@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(32 * WARPS)
 /* One block per (head, token), a thread per dim. With out_q, the merged row is also quantized to Q8_1 for the
  * output projection's GEMV: a warp holds 32 consecutive dims, one Q8_1 block. */
 __global__ void attn_merge_kernel(kiln_cuda_attn_args a, const float *part, float *out, int8_t *out_q, int n_tokens) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     int head = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int hd = a.head_dim;
     const float *p = part + ((int64_t)t * a.n_head + head) * a.n_split * (hd + 2);

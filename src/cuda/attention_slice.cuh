@@ -187,7 +187,7 @@ __device__ __forceinline__ void store_head(const attn_decode &x, int n_head, int
  * positions into its part (max, sum, then head_dim accumulators, per (token, head, split)). DECODE: one token, with
  * the work of attn_decode above; when the context is one slice, the block writes the head's output itself (no part,
  * no count), otherwise the last block of a head to finish merges the head's slices. WAIT: the kernel has not waited
- * for the previous one yet; the first K/V rows that earlier steps wrote are loaded before pdl_wait_and_release, what
+ * for the previous one yet; the first K/V rows that earlier steps wrote are loaded before pdl_release_and_wait, what
  * the previous kernels of this step wrote (q, k, v; the rows of this step's tokens) after. Every thread of the
  * block's first WARPS warps calls it (its barriers leave any other warp out); a block may call it again for another
  * slice (the barrier at the top keeps the shared arrays of the previous call until all have read them). */
@@ -217,7 +217,7 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
     /* rows from this step's first position on are this step's (DECODE: the current one, kept in registers) */
     int fresh = n_pos - 1 - t, skip = DECODE ? cur : -1;
     load_rows<D, AHEAD, WARPS>(kb, vb, p0, begin, min(end, fresh), skip, lane, kf, vf);
-    if (WAIT) pdl_wait_and_release();
+    if (WAIT) pdl_release_and_wait();
     if (!DECODE) load_rows<D, AHEAD, WARPS>(kb, vb, p0, fresh, end, skip, lane, kf, vf);
 
     float qr[D], acc[D], kc[D], vc[D]; /* kc, vc: the current position's k and v (DECODE), as F16 values */

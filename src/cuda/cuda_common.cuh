@@ -75,16 +75,30 @@ static inline int div_up(int64_t a, int64_t b) { return (int)((a + b - 1) / b); 
 
 /* Programmatic dependent launch (Hopper and later). A decode step is ~10 small kernels a layer, each waiting for the
  * last; a kernel started by launch_pdl may be scheduled while its predecessor still runs, so its launch and block
- * start-up overlap the predecessor's tail. Every such kernel calls pdl_wait_and_release first: it waits there until
- * the previous kernel has finished and its writes are visible (so ordering is as without PDL), then allows the next
- * kernel to be scheduled. So a kernel starts only after the previous one has waited: whatever the kernels before
- * that one wrote is finished and visible, and may be read before pdl_wait_and_release (the decode attention loads
- * the K/V rows of earlier steps there). KILN_CUDA_PDL=0 in the environment launches plainly (for comparisons and
- * tools). */
+ * start-up overlap the predecessor's tail. Each such kernel waits (griddepcontrol.wait) until the previous kernel
+ * has finished and its writes are visible before it reads what that kernel wrote or writes anything, so ordering is
+ * as without PDL; finishing is transitive, so everything before is finished too. When it lets the next kernel be
+ * scheduled is the kernel's choice:
+ * - pdl_wait_and_release: after its wait. The next kernel then starts only once this one has waited, so whatever
+ *   the kernels before this one wrote may be read before the next one's wait. The first and last kernels of a
+ *   decode step (embedding rows, argmax) and every kernel outside it do so.
+ * - pdl_release_and_wait: at once. Kernels may then start while several before them still run, back to the last
+ *   that waited first; such a kernel reads before its wait only what no kernel of a step writes (weights, biases)
+ *   and what earlier steps wrote (the position, the K/V rows of earlier positions: the step's first kernel waited
+ *   for the previous step's last). The decode step's GEMVs, norms, quantization, rope and attention do so: a
+ *   GEMV's first wave is then resident, with its first weights asked for, while the small kernels before it run.
+ * KILN_CUDA_PDL=0 in the environment launches plainly (for comparisons and tools). */
 __device__ __forceinline__ void pdl_wait_and_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_release_and_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 

@@ -29,7 +29,7 @@
 #define GEMV_PREFETCH_MB 4.0
 
 __global__ void quantize_q8_1_kernel(const float *x, int8_t *q, int64_t n_blocks) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (b >= n_blocks) return; /* whole warps leave together: n_blocks is counted in warps */
     quantize_warp(x[b * 32 + (threadIdx.x & 31)], q + b * 32, (__half2 *)(q + n_blocks * 32) + b);
@@ -201,13 +201,13 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         int end = row < n ? n_parts : 0;
         bool any = 32 * slice < end; /* the warp goes round together */
         if (any) load_batch<F, TWO, SPLIT, BATCH>(w, up, g0, up_off, u_first, end, ra, rb, uc);
-        pdl_wait_and_release();
+        pdl_release_and_wait();
         if (SPLIT == 1 && row >= n && !NORM) return; /* as below */
         q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
         if (any) dot_batch<F, TWO, SPLIT, BATCH>(ra, rb, uc, u_first, end, x, a, b);
         u_first += STEP;
     } else {
-        pdl_wait_and_release();
+        pdl_release_and_wait();
         /* with SPLIT > 1 or a last-block step to follow, every warp must reach the barriers below */
         if (SPLIT == 1 && row >= n && !NORM) return;
     }
@@ -278,7 +278,7 @@ template <kiln_type T, bool SWIGLU>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK)
     gemv_f_kernel(const uint8_t *w, const uint8_t *w_up, size_t row_bytes, int k, const float *x, float *y, int n,
                   bool accumulate) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y;
     if (row >= n) return;
     const uint8_t *wr = w + row_bytes * row;

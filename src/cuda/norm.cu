@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(1024)
         int i = threadIdx.x + j * blockDim.x;
         wv[j] = i < n4 ? w4[i] : zero;
     }
-    pdl_wait_and_release();
+    pdl_release_and_wait();
 #pragma unroll
     for (int j = 0; j < QUADS; j++) {
         int i = threadIdx.x + j * blockDim.x;

@@ -14,7 +14,7 @@ __global__ void rope_store_kernel(kiln_cuda_rope_args a, float *q, const float *
     int pos = *d_pos + t;
     rope_consts r = rope_consts_of(a, head, i, bq, bk, bv);
     rope_angle(r, pos);
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     int64_t row = ((int64_t)rope_kv_head(a, head) * a.n_ctx + pos) * a.head_dim;
     rope_finish(a, head, t, i, r, rope_inputs_of(a, head, t, i, r, q, k, v), q, k_cache + row, v_cache + row);
 }
