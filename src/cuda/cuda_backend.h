@@ -41,6 +41,17 @@ void kiln_cuda_context_free(kiln_cuda_context *ctx);
  * it receives the last token's n_vocab logits. */
 int kiln_cuda_eval(kiln_cuda_context *ctx, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err);
 
+/* The most best logits kiln_cuda_eval_best hands back. */
+#define KILN_CUDA_TOP_K_MAX 256
+
+/* For a sampler that needs only the best logits of the last token (kiln_sampler_candidates_wanted): runs tokens as
+ * kiln_cuda_eval does, ranks the logits on the device and copies back the k best (ids and logits, best first,
+ * ranked by logit then lower id, as the host sampler ranks) and the logits of window[0..n_window) (the tokens the
+ * penalties see), k and n_window at most KILN_CUDA_TOP_K_MAX: a few hundred bytes across PCIe instead of n_vocab
+ * floats, and no pass over the vocabulary on the host. */
+int kiln_cuda_eval_best(kiln_cuda_context *ctx, const int32_t *tokens, int n, int pos, int k, int32_t *ids,
+                        float *logits, const int32_t *window, int n_window, float *window_logits, kiln_error *err);
+
 /* Greedy decoding on the device: feeds `token` at position pos, then each argmax back in, n_gen times; out receives
  * the n_gen generated ids. One replay of the captured decode step per token; only the id crosses to the host. */
 int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int n_gen, int32_t *out,

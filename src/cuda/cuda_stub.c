@@ -28,6 +28,11 @@ int kiln_cuda_eval(kiln_cuda_context *ctx, const int32_t *tokens, int n, int pos
     return no_cuda(err);
 }
 
+int kiln_cuda_eval_best(kiln_cuda_context *ctx, const int32_t *tokens, int n, int pos, int k, int32_t *ids,
+                        float *logits, const int32_t *window, int n_window, float *window_logits, kiln_error *err) {
+    return no_cuda(err);
+}
+
 int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int n_gen, int32_t *out,
                               kiln_error *err) {
     return no_cuda(err);

@@ -45,6 +45,9 @@ struct kiln_cuda_context {
     int32_t ahead_token, ahead_pos;
     float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
     void *argmax_scratch;
+    void *top_scratch; /* kiln_cuda_eval_best: the top-k passes' ping-pong arrays */
+    int32_t *d_best;   /* ... and its results: KILN_CUDA_TOP_K_MAX each of ids, logits, window ids, window logits */
+    int32_t *h_best;   /* pinned staging of d_best */
     void *act_q;       /* Q8_1 of the current GEMV input (one token) */
     void *act_f16;     /* F16 of the current GEMM input (a batch) */
     void *w_f16;       /* F16 staging of one weight matrix (a batch) */
@@ -82,6 +85,8 @@ static int cuda_error(kiln_error *err, const char *what, cudaError_t e) {
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
+#define BEST_BYTES (4 * KILN_CUDA_TOP_K_MAX * sizeof(int32_t))
+
 /* Every buffer of a context, sized for n_batch tokens. Returns the first allocation error. */
 static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     const kiln_config *cfg = &c->cm->cfg;
@@ -103,6 +108,8 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
         {(void **)&c->ff2, sizeof(float) * T * cfg->n_ff},
         {(void **)&c->logits, sizeof(float) * cfg->n_vocab},
         {&c->argmax_scratch, kiln_cuda_argmax_scratch_bytes(cfg->n_vocab)},
+        {&c->top_scratch, kiln_cuda_top_k_scratch_bytes(cfg->n_vocab, KILN_CUDA_TOP_K_MAX)},
+        {(void **)&c->d_best, BEST_BYTES},
         {(void **)&c->part, sizeof(float) * splits_x_tokens * cfg->n_head * (cfg->head_dim + 2)},
         {&c->act_q, widest / 32 * Q8_1_BYTES},
         {&c->act_f16, T > 1 ? 2 * T * widest : 0},
@@ -119,6 +126,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     c->d_pos = c->d_io;
     c->d_tokens = c->d_io + 1;
     cudaError_t e = cudaMemset(c->counters, 0, sizeof(unsigned) * counters);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_best, BEST_BYTES, cudaHostAllocDefault);
     if (e != cudaSuccess) return e;
     return cudaHostAlloc((void **)&c->h_io, sizeof(int32_t) * (T + 1), cudaHostAllocDefault);
 }
@@ -258,12 +266,14 @@ void kiln_cuda_context_free(kiln_cuda_context *c) {
     if (c->blas) cublasDestroy(c->blas);
     kiln_cuda_debug_free(c->debug);
     void *bufs[] = {c->d_io, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits, c->argmax_scratch,
-                    c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache, c->counters, c->d_layers};
+                    c->top_scratch, c->d_best, c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache,
+                    c->counters, c->d_layers};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < 2; i++)
         if (c->token_ready[i]) cudaEventDestroy(c->token_ready[i]);
     if (c->h_tokens) cudaFreeHost(c->h_tokens);
     if (c->h_io) cudaFreeHost(c->h_io);
+    if (c->h_best) cudaFreeHost(c->h_best);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }
@@ -520,7 +530,8 @@ static int decode_step(kiln_cuda_context *c, int greedy, int pos) {
     return forward(c, 1, greedy);
 }
 
-int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err) {
+/* Queues tokens[0..n) at pos.. in batches; waits for each batch but the last, which wait_last says. */
+static int run_tokens(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, bool wait_last, kiln_error *err) {
     c->n_ahead = 0; /* steps queued ahead by kiln_cuda_decode_greedy run first; their KV rows are rewritten */
     if (n < 1 || pos < 0 || pos + n > c->n_ctx)
         return kiln_fail(err, "tokens %d..%d do not fit the context of %d positions", pos, pos + n - 1, c->n_ctx);
@@ -532,13 +543,47 @@ int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, 
         if (set_inputs(c, tokens + done, T, pos + done, err)) return -1;
         if (T == 1 ? decode_step(c, 0, pos + done) : forward(c, T, false))
             return kiln_fail(err, "CUDA forward pass: a kernel rejected its arguments");
-        if (check_launches(c, err)) return -1;
         done += T;
+        if ((done < n || wait_last) && check_launches(c, err)) return -1;
     }
+    return 0;
+}
+
+int kiln_cuda_eval(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err) {
+    if (run_tokens(c, tokens, n, pos, true, err)) return -1;
     if (logits) {
         cudaError_t e = cudaMemcpy(logits, c->logits, sizeof(float) * c->cm->cfg.n_vocab, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) return cuda_error(err, "copying logits", e);
     }
+    return 0;
+}
+
+int kiln_cuda_eval_best(kiln_cuda_context *c, const int32_t *tokens, int n, int pos, int k, int32_t *ids,
+                        float *logits, const int32_t *window, int n_window, float *window_logits, kiln_error *err) {
+    int n_vocab = c->cm->cfg.n_vocab;
+    if (k < 1 || k > KILN_CUDA_TOP_K_MAX || k > n_vocab)
+        return kiln_fail(err, "%d best logits asked for: 1 to %d of a vocabulary of %d", k, KILN_CUDA_TOP_K_MAX, n_vocab);
+    if (n_window < 0 || n_window > KILN_CUDA_TOP_K_MAX)
+        return kiln_fail(err, "%d window logits asked for: at most %d", n_window, KILN_CUDA_TOP_K_MAX);
+    for (int i = 0; i < n_window; i++)
+        if (window[i] < 0 || window[i] >= n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", window[i]);
+    if (run_tokens(c, tokens, n, pos, false, err)) return -1;
+    const int K = KILN_CUDA_TOP_K_MAX;
+    int32_t *d = c->d_best, *h = c->h_best;
+    memcpy(h + 2 * K, window, sizeof(int32_t) * (size_t)n_window);
+    cudaError_t e = cudaMemcpyAsync(d + 2 * K, h + 2 * K, sizeof(int32_t) * (size_t)n_window, cudaMemcpyHostToDevice,
+                                    c->stream);
+    if (e == cudaSuccess && kiln_cuda_top_k(c->logits, n_vocab, k, c->top_scratch, (float *)(d + K), d, c->stream))
+        e = cudaErrorInvalidValue;
+    if (e == cudaSuccess) {
+        kiln_cuda_gather_f32(c->logits, d + 2 * K, n_window, (float *)(d + 3 * K), c->stream);
+        e = cudaMemcpyAsync(h, d, BEST_BYTES, cudaMemcpyDeviceToHost, c->stream);
+    }
+    if (e != cudaSuccess) return cuda_error(err, "ranking the logits", e);
+    if (check_launches(c, err)) return -1;
+    memcpy(ids, h, sizeof(int32_t) * (size_t)k);
+    memcpy(logits, h + K, sizeof(float) * (size_t)k);
+    memcpy(window_logits, h + 3 * K, sizeof(float) * (size_t)n_window);
     return 0;
 }
 

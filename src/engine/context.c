@@ -141,3 +141,11 @@ int kiln_ctx_decode_greedy(kiln_context *c, int32_t token, int32_t *next, kiln_e
     c->tokens[c->n_past++] = token;
     return 0;
 }
+
+int kiln_ctx_eval_best(kiln_context *c, int32_t token, int k, int32_t *ids, float *logits, const int32_t *window,
+                       int n_window, float *window_logits, kiln_error *err) {
+    if (kiln_cuda_eval_best(c->cuda, &token, 1, c->n_past, k, ids, logits, window, n_window, window_logits, err))
+        return -1;
+    c->tokens[c->n_past++] = token;
+    return 0;
+}

@@ -41,6 +41,10 @@ bool kiln_ctx_greedy_on_device(const kiln_context *c, const kiln_sampling_params
 
 /* Evaluates token at n_past and puts the argmax of its logits in *next, on the device (c->logits is not updated). */
 int kiln_ctx_decode_greedy(kiln_context *c, int32_t token, int32_t *next, kiln_error *err);
+/* Evaluates token at n_past on the GPU and fetches only the k best of its logits (ids, best first) and those of the
+ * window's tokens (kiln_cuda_eval_best; c->logits is not updated). */
+int kiln_ctx_eval_best(kiln_context *c, int32_t token, int k, int32_t *ids, float *logits, const int32_t *window,
+                       int n_window, float *window_logits, kiln_error *err);
 
 /* Copies an internal error into the caller's buffer of a public function. */
 void kiln_error_export(const kiln_error *e, char *err, size_t err_size);

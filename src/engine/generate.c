@@ -24,6 +24,19 @@ int kiln_ctx_reusable_prefix(const kiln_context *c, const int32_t *prompt, int n
     return n;
 }
 
+/* Evaluates tok and samples the next token from the best of its logits, ranked on the GPU (kiln_ctx_eval_best): the
+ * token sampling the whole row gives. 1: the sampler needs the whole row (or there is no GPU), nothing done. */
+static int sample_best_on_device(kiln_gen *g, kiln_context *c, int32_t tok, int32_t *chosen, kiln_error *err) {
+    int32_t ids[KILN_CUDA_TOP_K_MAX], window[KILN_CUDA_TOP_K_MAX];
+    float logits[KILN_CUDA_TOP_K_MAX], window_logits[KILN_CUDA_TOP_K_MAX];
+    int n_window = 0;
+    int k = c->cuda ? kiln_sampler_candidates_wanted(g->sampler, KILN_CUDA_TOP_K_MAX, window, &n_window) : 0;
+    if (!k) return 1;
+    if (kiln_ctx_eval_best(c, tok, k, ids, logits, window, n_window, window_logits, err)) return -1;
+    *chosen = kiln_sampler_sample_candidates(g->sampler, ids, logits, k, window, window_logits, n_window);
+    return 0;
+}
+
 static int run(kiln_gen *g, kiln_context *c, const int32_t *prompt, int n_prompt, kiln_error *err) {
     double t0 = now_ms();
     g->res.n_cached = kiln_ctx_reusable_prefix(c, prompt, n_prompt);
@@ -31,15 +44,18 @@ static int run(kiln_gen *g, kiln_context *c, const int32_t *prompt, int n_prompt
         return -1;
     double t1 = now_ms();
     g->res.prefill_ms = t1 - t0;
-    /* greedy on the GPU: each step's argmax stays on the device and only its id comes back */
+    /* greedy on the GPU: each step's argmax stays on the device and only its id comes back; sampling on the GPU:
+     * only the best logits come back */
     bool device_greedy = kiln_ctx_greedy_on_device(c, &g->params->sampling);
     int32_t tok, chosen = -1;
     int rc;
     while ((rc = chosen >= 0 ? kiln_gen_take(g, chosen, NULL, c->n_past, &tok, err)
-                             : kiln_gen_next(g, c->logits, c->n_past, &tok, err)) == 0)
-        if (device_greedy ? kiln_ctx_decode_greedy(c, tok, &chosen, err)
-                          : kiln_ctx_eval(c, &tok, 1, c->n_past, NULL, false, err))
-            return -1;
+                             : kiln_gen_next(g, c->logits, c->n_past, &tok, err)) == 0) {
+        chosen = -1;
+        int r = device_greedy ? kiln_ctx_decode_greedy(c, tok, &chosen, err) : sample_best_on_device(g, c, tok, &chosen, err);
+        if (r == 1) r = kiln_ctx_eval(c, &tok, 1, c->n_past, NULL, false, err);
+        if (r) return -1;
+    }
     g->res.decode_ms = now_ms() - t1;
     return rc < 0 ? -1 : 0;
 }

@@ -22,6 +22,7 @@ struct kiln_sampler {
     int32_t *history; /* ring of the last history_cap tokens */
     int history_cap, history_len, history_head;
     int32_t *counts;  /* appearances of each token in the history window, n_vocab */
+    int32_t *cand_ids; /* the ids of kiln_sampler_sample_candidates' logits (those in logits), n_vocab */
 };
 
 kiln_sampler_params kiln_sampler_default_params(void) {
@@ -47,7 +48,8 @@ int kiln_sampler_new(const kiln_sampler_params *p, int n_vocab, kiln_sampler **o
     s->logits = malloc(sizeof *s->logits * (size_t)n_vocab);
     s->history = malloc(sizeof *s->history * (size_t)s->history_cap);
     s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
-    if (!s->cand || !s->logits || !s->history || !s->counts) {
+    s->cand_ids = malloc(sizeof *s->cand_ids * (size_t)n_vocab);
+    if (!s->cand || !s->logits || !s->history || !s->counts || !s->cand_ids) {
         kiln_sampler_free(s);
         return kiln_fail(err, "out of memory for the sampler");
     }
@@ -67,6 +69,7 @@ void kiln_sampler_free(kiln_sampler *s) {
     free(s->logits);
     free(s->history);
     free(s->counts);
+    free(s->cand_ids);
     free(s);
 }
 
@@ -88,15 +91,23 @@ void kiln_sampler_accept(kiln_sampler *s, int32_t token) {
     s->counts[token]++;
 }
 
+static bool has_penalties(const kiln_sampler_params *p) {
+    return p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
+/* A logit of a token that appears count times in the window. */
+static float penalized(const kiln_sampler_params *p, float l, int count) {
+    l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+    return l - ((float)count * p->frequency_penalty + p->presence_penalty);
+}
+
 static void apply_penalties(kiln_sampler *s) {
     const kiln_sampler_params *p = &s->p;
-    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    if (!has_penalties(p)) return;
     for (int i = 0; i < s->history_len; i++) {
         int32_t t = s->history[i];
         if (s->counts[t] <= 0) continue;
-        float *l = &s->logits[t];
-        *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
-        *l -= (float)s->counts[t] * p->frequency_penalty + p->presence_penalty;
+        s->logits[t] = penalized(p, s->logits[t], s->counts[t]);
         s->counts[t] = -s->counts[t]; /* mark as done: a token repeated in the window is penalized once */
     }
     for (int i = 0; i < s->history_len; i++)
@@ -151,14 +162,15 @@ static void sift_down(candidate *heap, int k, int i) {
     }
 }
 
-/* The k best of n logits (k < n) into c[0..k), sorted, in one pass that keeps them in a heap whose root is the worst
- * kept: for a vocabulary of 150k and k = 40 nearly every logit costs one comparison, against partitioning all n
- * candidates. Same set and order as partial_sort (the same total order, ties by id). */
-static void top_k_select(const float *logits, int n, int k, candidate *c) {
-    for (int i = 0; i < k; i++) c[i] = (candidate){i, logits[i]};
+/* The k best of n logits (k <= n; token ids[i], or i where ids is NULL) into c[0..k), sorted, in one pass that keeps
+ * them in a heap whose root is the worst kept: for a vocabulary of 150k and k = 40 nearly every logit costs one
+ * comparison, against partitioning all n candidates. Same set and order as partial_sort (the same total order, ties
+ * by id). */
+static void top_k_select(const float *logits, const int32_t *ids, int n, int k, candidate *c) {
+    for (int i = 0; i < k; i++) c[i] = (candidate){ids ? ids[i] : i, logits[i]};
     for (int i = k / 2 - 1; i >= 0; i--) sift_down(c, k, i);
     for (int i = k; i < n; i++) {
-        candidate x = {i, logits[i]};
+        candidate x = {ids ? ids[i] : i, logits[i]};
         if (by_logit_desc(&x, &c[0]) >= 0) continue;
         c[0] = x;
         sift_down(c, k, 0);
@@ -185,23 +197,27 @@ static void fill_info(kiln_sampler *s, int32_t token, kiln_sample_info *info) {
     }
 }
 
+/* Candidates top-k keeps of a vocabulary of n (all of them when it is off). */
+static int top_k_keeps(const kiln_sampler_params *p, int n) { return p->top_k > 0 && p->top_k < n ? p->top_k : n; }
+
 /* top-k, top-p, min-p on the sorted candidates (probabilities at temperature 1, as the reference chain has
  * temperature last); returns how many survive. Sorts only as far as the cut needs. As in the reference chain, top-p
- * takes its share of the mass of what top-k kept (renormalized), not of the whole vocabulary. */
-static int truncate_candidates(kiln_sampler *s) {
+ * takes its share of the mass of what top-k kept (renormalized), not of the whole vocabulary. The logits are the
+ * whole vocabulary's (ids NULL) or, with top-k on, n_logits of them that hold its top_k best (ids). */
+static int truncate_candidates(kiln_sampler *s, const float *logits, const int32_t *ids, int n_logits) {
     const kiln_sampler_params *p = &s->p;
     int n = s->n_vocab;
-    int keep = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    int keep = top_k_keeps(p, n);
     double total = 0;
     float max;
     if (keep < n) {
-        top_k_select(s->logits, n, keep, s->cand);
+        top_k_select(logits, ids, n_logits, keep, s->cand);
         max = s->cand[0].logit;
         for (int i = 0; i < keep; i++) total += expf(s->cand[i].logit - max);
-    } else {
-        for (int i = 0; i < n; i++) s->cand[i] = (candidate){i, s->logits[i]};
-        max = s->logits[argmax(s->logits, n)];
-        for (int i = 0; i < n; i++) total += expf(s->logits[i] - max);
+    } else { /* the whole vocabulary (ids NULL, n_logits == n) */
+        for (int i = 0; i < n; i++) s->cand[i] = (candidate){i, logits[i]};
+        max = logits[argmax(logits, n)];
+        for (int i = 0; i < n; i++) total += expf(logits[i] - max);
     }
 
     /* sort a growing prefix until it holds the top-p mass (or everything kept) */
@@ -232,6 +248,19 @@ static int truncate_candidates(kiln_sampler *s) {
     return keep;
 }
 
+/* The draw at the temperature from the keep candidates truncate_candidates left. */
+static int32_t draw(kiln_sampler *s, int keep) {
+    float inv_t = 1.0f / s->p.temperature, top = s->cand[0].logit;
+    double sum = 0;
+    for (int i = 0; i < keep; i++) sum += exp((double)((s->cand[i].logit - top) * inv_t));
+    double r = (double)kiln_rng_uniform(&s->rng) * sum, acc = 0;
+    for (int i = 0; i < keep; i++) {
+        acc += exp((double)((s->cand[i].logit - top) * inv_t));
+        if (r < acc) return s->cand[i].id;
+    }
+    return s->cand[keep - 1].id;
+}
+
 int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits, kiln_sample_info *info) {
     memcpy(s->logits, logits, sizeof *logits * (size_t)s->n_vocab);
     apply_penalties(s);
@@ -239,20 +268,48 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits, kiln_sample_in
     if (s->p.temperature <= 0.0f) {
         token = argmax(s->logits, s->n_vocab);
     } else {
-        int keep = truncate_candidates(s);
-        float inv_t = 1.0f / s->p.temperature, top = s->cand[0].logit;
-        double sum = 0;
-        for (int i = 0; i < keep; i++) sum += exp((double)((s->cand[i].logit - top) * inv_t));
-        double r = (double)kiln_rng_uniform(&s->rng) * sum, acc = 0;
-        token = s->cand[keep - 1].id;
-        for (int i = 0; i < keep; i++) {
-            acc += exp((double)((s->cand[i].logit - top) * inv_t));
-            if (r < acc) {
-                token = s->cand[i].id;
-                break;
-            }
-        }
+        token = draw(s, truncate_candidates(s, s->logits, NULL, s->n_vocab));
     }
     if (info) fill_info(s, token, info);
     return token;
+}
+
+int kiln_sampler_candidates_wanted(const kiln_sampler *s, int max_k, int32_t *window, int *n_window) {
+    const kiln_sampler_params *p = &s->p;
+    *n_window = 0;
+    int k = p->temperature <= 0.0f ? 1 : top_k_keeps(p, s->n_vocab);
+    if (p->n_top_logprobs > 0 || k >= s->n_vocab) return 0;
+    if (has_penalties(p))
+        for (int i = 0; i < s->history_len; i++) {
+            int32_t t = s->history[i];
+            bool seen = false;
+            for (int j = 0; j < *n_window && !seen; j++) seen = window[j] == t;
+            if (seen) continue;
+            if (k + *n_window + 1 > max_k) return 0;
+            window[(*n_window)++] = t;
+        }
+    k += *n_window;
+    return k <= max_k && k <= s->n_vocab ? k : 0;
+}
+
+int32_t kiln_sampler_sample_candidates(kiln_sampler *s, const int32_t *ids, const float *logits, int n_best,
+                                       const int32_t *window, const float *window_logits, int n_window) {
+    /* the union, penalized: ids first, then the window's tokens not among them */
+    int32_t *uid = s->cand_ids;
+    float *ul = s->logits;
+    int n = 0;
+    for (int i = 0; i < n_best; i++) uid[n] = ids[i], ul[n++] = logits[i];
+    for (int i = 0; i < n_window; i++) {
+        bool seen = false;
+        for (int j = 0; j < n_best && !seen; j++) seen = ids[j] == window[i];
+        if (!seen) uid[n] = window[i], ul[n++] = window_logits[i];
+    }
+    if (has_penalties(&s->p))
+        for (int i = 0; i < n; i++)
+            if (s->counts[uid[i]] > 0) ul[i] = penalized(&s->p, ul[i], s->counts[uid[i]]);
+    if (s->p.temperature <= 0.0f) {
+        top_k_select(ul, uid, n, 1, s->cand);
+        return s->cand[0].id;
+    }
+    return draw(s, truncate_candidates(s, ul, uid, n));
 }

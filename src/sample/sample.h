@@ -36,4 +36,16 @@ void kiln_sampler_accept(kiln_sampler *s, int32_t token);
 /* Chooses the next token from n_vocab logits (not modified); fills info when non-NULL. Does not accept it. */
 int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits, kiln_sample_info *info);
 
+/* Sampling from a few candidates instead of the whole vocabulary, for an engine that ranks the logits where they are
+ * (the GPU) and moves only the best: the same token as kiln_sampler_sample on the whole row, the same PRNG draw.
+ * candidates_wanted says how many of the row's best logits that takes (0: the whole row is needed: log-probabilities
+ * asked for, or top-k off with a temperature), at most max_k: the top-k (1 when greedy), and with penalties as many
+ * more as there are distinct tokens in their window, whose ids it puts in window (max_k of room) for the caller to
+ * fetch their logits too. A token the penalties lower can leave the k best, so the next ones must be there. */
+int kiln_sampler_candidates_wanted(const kiln_sampler *s, int max_k, int32_t *window, int *n_window);
+/* ids[0..n_best) and their logits: the row's n_best best (ranked by logit, then lower id); window and its logits as
+ * candidates_wanted gave them. */
+int32_t kiln_sampler_sample_candidates(kiln_sampler *s, const int32_t *ids, const float *logits, int n_best,
+                                       const int32_t *window, const float *window_logits, int n_window);
+
 #endif

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
 #include "gpu_quant.h"
 #include "gpu_test.h"
@@ -600,6 +601,59 @@ static void test_argmax(void **state) {
     check_argmax(151936);
 }
 
+static const float *rank_x;
+
+/* by logit descending, then lower id: the order the sampler ranks in */
+static int by_rank(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (rank_x[i] != rank_x[j]) return rank_x[i] < rank_x[j] ? 1 : -1;
+    return i - j;
+}
+
+/* The device's k best against a sort on the host: the same ids in the same order, on values drawn from a coarse grid
+ * (ties at the cut) with a run of -inf, over one to three passes; and the window gather. */
+static void check_top_k(int n, int k) {
+    float *x = malloc(sizeof(float) * n), *got_v = malloc(sizeof(float) * k);
+    int32_t *order = malloc(sizeof(int32_t) * n), *got_id = malloc(sizeof(int32_t) * k);
+    for (int i = 0; i < n; i++) x[i] = (float)(int)(rng_uniform() * 64.0f) / 4.0f, order[i] = i;
+    for (int i = n / 3; i < n / 3 + n / 10; i++) x[i] = -INFINITY;
+    rank_x = x;
+    qsort(order, (size_t)n, sizeof *order, by_rank);
+    float *dx = gpu_upload(x, sizeof(float) * n), *dv = gpu_alloc(sizeof(float) * k);
+    int32_t *did = gpu_alloc(sizeof(int32_t) * k);
+    void *scratch = gpu_alloc(kiln_cuda_top_k_scratch_bytes(n, KILN_CUDA_TOP_K_MAX));
+    assert_int_equal(kiln_cuda_top_k(dx, n, k, scratch, dv, did, 0), 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(got_v, dv, sizeof(float) * k, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got_id, did, sizeof(int32_t) * k, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < k; i++) {
+        assert_int_equal(got_id[i], order[i]);
+        assert_true(got_v[i] == x[order[i]]);
+    }
+    /* the gather of a few ids (the sampler's penalty window) */
+    int32_t ids[5] = {0, n - 1, n / 2, order[0], n / 3};
+    int32_t *dids = gpu_upload(ids, sizeof ids);
+    float *dg = gpu_alloc(sizeof(float) * 5), g[5];
+    kiln_cuda_gather_f32(dx, dids, 5, dg, 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(g, dg, sizeof g, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 5; i++) assert_true(g[i] == x[ids[i]]);
+    assert_int_equal(kiln_cuda_top_k(dx, n, KILN_CUDA_TOP_K_MAX + 1, scratch, dv, did, 0), -1);
+    free(x), free(got_v), free(order), free(got_id);
+    gpu_free_all();
+}
+
+static void test_top_k(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_top_k(1, 1);
+    check_top_k(300, 40);
+    check_top_k(2048, 256);
+    check_top_k(49153, 1);
+    check_top_k(151936, 40);
+    check_top_k(151936, 104);
+    check_top_k(151936, KILN_CUDA_TOP_K_MAX);
+}
+
 #define TYPE_TEST(t) cmocka_unit_test_prestate(test_type, (void *)(intptr_t)(t))
 
 int main(void) {
@@ -616,6 +670,7 @@ int main(void) {
         cmocka_unit_test(test_gemv_norm),
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_top_k),
     };
     return cmocka_run_group_tests_name("cuda_kernels", tests, NULL, NULL);
 }

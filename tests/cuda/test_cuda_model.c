@@ -264,8 +264,50 @@ static void test_models(void **state) {
     assert_true(ok);
 }
 
+static const float *rank_x;
+
+static int by_rank(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (rank_x[i] != rank_x[j]) return rank_x[i] < rank_x[j] ? 1 : -1;
+    return i - j;
+}
+
+/* kiln_cuda_eval_best on the first model: a decode step run twice at the same position, once with the whole row
+ * copied back (kiln_cuda_eval), once ranked on the device: the k best are the row's k best by the sampler's order,
+ * with their logits, and the window's logits are the row's. */
+static void test_best_logits(void **state) {
+    if (!gpu_present()) skip();
+    const char *list = getenv("KILN_CUDA_TEST_MODELS");
+    if (!list || !*list) skip();
+    char path[4096];
+    snprintf(path, sizeof path, "%s", list);
+    strtok(path, " ");
+    both_sides m;
+    open_both(path, N_CTX, 8, &m);
+    kiln_error err = {{0}};
+    int nv = m.cfg.n_vocab, k = 40;
+    int32_t tokens[N_PROMPT], ids[KILN_CUDA_TOP_K_MAX], window[3] = {0, nv - 1, 7 % nv}, *order = malloc(sizeof(int32_t) * nv);
+    float logits[KILN_CUDA_TOP_K_MAX], wl[3];
+    for (int i = 0; i < N_PROMPT; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (nv - 1));
+    if (kiln_cuda_eval(m.ctx, tokens, N_PROMPT - 1, 0, NULL, &err) ||
+        kiln_cuda_eval(m.ctx, tokens + N_PROMPT - 1, 1, N_PROMPT - 1, m.gpu, &err) ||
+        kiln_cuda_eval_best(m.ctx, tokens + N_PROMPT - 1, 1, N_PROMPT - 1, k, ids, logits, window, 3, wl, &err))
+        fail_msg("%s", err.msg);
+    for (int i = 0; i < nv; i++) order[i] = i;
+    rank_x = m.gpu;
+    qsort(order, (size_t)nv, sizeof *order, by_rank);
+    for (int i = 0; i < k; i++) {
+        assert_int_equal(ids[i], order[i]);
+        assert_true(logits[i] == m.gpu[order[i]]);
+    }
+    for (int i = 0; i < 3; i++) assert_true(wl[i] == m.gpu[window[i]]);
+    assert_int_equal(kiln_cuda_eval_best(m.ctx, tokens, 1, 0, KILN_CUDA_TOP_K_MAX + 1, ids, logits, NULL, 0, wl, &err), -1);
+    free(order);
+    close_both(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_models), cmocka_unit_test(test_span_boundary),
-                                       cmocka_unit_test(test_debug)};
+                                       cmocka_unit_test(test_debug), cmocka_unit_test(test_best_logits)};
     return cmocka_run_group_tests_name("cuda_model", tests, NULL, NULL);
 }

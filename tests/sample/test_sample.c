@@ -2,6 +2,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -183,6 +184,80 @@ static void test_logprobs_and_top_alternatives(void **state) {
     assert_int_equal(kiln_sampler_new(&p, V, &s, &err), -1);
 }
 
+/* The row's k best by (logit desc, id asc): what the GPU's top-k hands the sampler. */
+static int by_rank(const void *a, const void *b, const float *logits) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (logits[x] != logits[y]) return logits[x] < logits[y] ? 1 : -1;
+    return x - y;
+}
+
+static const float *rank_logits;
+static int by_rank_qsort(const void *a, const void *b) { return by_rank(a, b, rank_logits); }
+
+static void best_k(const float *logits, int k, int32_t *ids, float *vals) {
+    static int32_t order[V];
+    for (int i = 0; i < V; i++) order[i] = i;
+    rank_logits = logits;
+    qsort(order, V, sizeof *order, by_rank_qsort);
+    for (int i = 0; i < k; i++) ids[i] = order[i], vals[i] = logits[order[i]];
+}
+
+/* Sampling from the candidates the sampler asks for gives the token sampling from the whole row gives, draw for
+ * draw, through every truncation, greedy, and penalties that push tokens out of (or into) the best k. Logits on a
+ * coarse grid, so ties at the cut are common. */
+static void test_candidates_match_the_whole_row(void **state) {
+    (void)state;
+    kiln_sampler_params cases[8];
+    for (int c = 0; c < 8; c++) cases[c] = kiln_sampler_default_params(), cases[c].seed = 1234 + (uint64_t)c;
+    cases[1].temperature = 0, cases[1].repeat_penalty = 1.3f;
+    cases[2].top_k = 5, cases[2].top_p = 0.5f;
+    cases[3].top_k = 200, cases[3].min_p = 0, cases[3].top_p = 1.0f, cases[3].temperature = 2.0f;
+    cases[4].repeat_penalty = 1.5f, cases[4].repeat_last_n = 16;
+    cases[5].repeat_penalty = 0.7f, cases[5].presence_penalty = -0.5f; /* penalties that raise logits */
+    cases[6].frequency_penalty = 0.4f, cases[6].presence_penalty = 0.3f, cases[6].top_k = 1;
+    cases[7].temperature = 0;
+    float logits[V], vals[V], wvals[V];
+    int32_t ids[V], window[V];
+    srand(7);
+    for (int c = 0; c < 8; c++) {
+        kiln_sampler *whole = make(cases[c]), *cand = make(cases[c]);
+        int used = 0;
+        for (int step = 0; step < 300; step++) {
+            for (int i = 0; i < V; i++) logits[i] = (float)(rand() % 40) / 8.0f;
+            int n_window, k = kiln_sampler_candidates_wanted(cand, 256, window, &n_window);
+            assert_true(k > 0);
+            best_k(logits, k, ids, vals);
+            for (int i = 0; i < n_window; i++) wvals[i] = logits[window[i]];
+            int32_t a = kiln_sampler_sample(whole, logits, NULL);
+            int32_t b = kiln_sampler_sample_candidates(cand, ids, vals, k, window, wvals, n_window);
+            assert_int_equal(a, b);
+            used += n_window > 0;
+            kiln_sampler_accept(whole, a), kiln_sampler_accept(cand, b);
+        }
+        bool penalties = cases[c].repeat_penalty != 1.0f || cases[c].presence_penalty || cases[c].frequency_penalty;
+        assert_true(penalties ? used > 0 : used == 0);
+        kiln_sampler_free(whole), kiln_sampler_free(cand);
+    }
+    /* the whole row is needed for log-probabilities and for a temperature without top-k; a window past max_k */
+    kiln_sampler_params p = kiln_sampler_default_params();
+    int n_window;
+    p.n_top_logprobs = 2;
+    kiln_sampler *s = make(p);
+    assert_int_equal(kiln_sampler_candidates_wanted(s, 256, window, &n_window), 0);
+    kiln_sampler_free(s);
+    p = kiln_sampler_default_params(), p.top_k = 0;
+    s = make(p);
+    assert_int_equal(kiln_sampler_candidates_wanted(s, 256, window, &n_window), 0);
+    kiln_sampler_free(s);
+    p = kiln_sampler_default_params(), p.repeat_penalty = 1.1f;
+    s = make(p);
+    for (int i = 0; i < 64; i++) kiln_sampler_accept(s, i);
+    assert_int_equal(kiln_sampler_candidates_wanted(s, 100, window, &n_window), 0);
+    assert_int_equal(kiln_sampler_candidates_wanted(s, 104, window, &n_window), 104);
+    assert_int_equal(n_window, 64);
+    kiln_sampler_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_degenerate_truncations_pick_argmax),
@@ -190,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_draws_follow_the_distribution),
         cmocka_unit_test(test_penalties_push_away_from_recent_tokens),
         cmocka_unit_test(test_logprobs_and_top_alternatives),
+        cmocka_unit_test(test_candidates_match_the_whole_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
