@@ -3,8 +3,11 @@
  * n_prompt random tokens, processed first (whole prompts, up to 512 tokens a step), then n_gen decode steps of one
  * token per sequence, fed back greedily from the logits on the host as the server's scheduler does. Prints, per M:
  * prompt tok/s, generated tok/s over the decode steps (all sequences), the step time, the host argmax's share and
- * the rate without it (the reference's batched bench samples nothing).
+ * the rate without it (the reference's batched bench samples nothing); then the same decode steps with each
+ * sequence's best logit picked on the device (kiln_cuda_seq.best = 1, as the scheduler asks for its samplers'
+ * candidates), so that no row crosses to the host.
  * usage: bench_cuda_batch MODEL.gguf [n_prompt=128] [n_gen=128] [M...=1 8 32 64] */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +49,7 @@ static int prefill(kiln_cuda_batch *b, run *r, int per_block, kiln_error *err) {
         int n = r->M - i0 < per_step ? r->M - i0 : per_step;
         for (int i = 0; i < n; i++)
             r->seqs[i] = (kiln_cuda_seq){seq_tokens(r, i0 + i), r->n_prompt, 0,
-                                         r->blocks + (size_t)(i0 + i) * per_block, true};
+                                         r->blocks + (size_t)(i0 + i) * per_block, true, 0, NULL, 0};
         const float *logits;
         if (kiln_cuda_forward_batch(b, r->seqs, n, &logits, err)) return -1;
         for (int i = 0; i < n; i++)
@@ -55,16 +58,21 @@ static int prefill(kiln_cuda_batch *b, run *r, int per_block, kiln_error *err) {
     return 0;
 }
 
-/* Decode step s of every sequence: the token at n_prompt + s, whose argmax becomes the next. */
-static int decode_step(kiln_cuda_batch *b, run *r, int per_block, int s, double *argmax_ms, kiln_error *err) {
+/* Decode step s of every sequence: the token at n_prompt + s, whose argmax becomes the next (on the host, or with
+ * on_device the device's best). */
+static int decode_step(kiln_cuda_batch *b, run *r, int per_block, int s, bool on_device, double *argmax_ms,
+                       kiln_error *err) {
     for (int i = 0; i < r->M; i++)
         r->seqs[i] = (kiln_cuda_seq){seq_tokens(r, i) + r->n_prompt + s, 1, r->n_prompt + s,
-                                     r->blocks + (size_t)i * per_block, true};
+                                     r->blocks + (size_t)i * per_block, true, on_device ? 1 : 0, NULL, 0};
     const float *logits;
     if (kiln_cuda_forward_batch(b, r->seqs, r->M, &logits, err)) return -1;
     double t = now_ms();
     for (int i = 0; i < r->M; i++) {
-        int next = argmax(logits + (size_t)i * r->n_vocab, r->n_vocab);
+        const int32_t *best;
+        const float *best_logit, *window_logits;
+        if (on_device) kiln_cuda_batch_best(b, i, &best, &best_logit, &window_logits);
+        int next = on_device ? best[0] : argmax(logits + (size_t)i * r->n_vocab, r->n_vocab);
         if (s + 1 < r->n_gen) seq_tokens(r, i)[r->n_prompt + s + 1] = next;
     }
     *argmax_ms += now_ms() - t;
@@ -86,18 +94,25 @@ static int bench_m(kiln_cuda_model *cm, const kiln_config *cfg, int M, int n_pro
     double argmax_ms = 0;
     if (kiln_cuda_batch_new(cm, &bp, &b, &err)) goto done;
     /* warm-up: one prompt step and one decode step, rewritten below */
-    if (prefill(b, &r, per_block, &err) || decode_step(b, &r, per_block, 0, &argmax_ms, &err)) goto done;
+    if (prefill(b, &r, per_block, &err) || decode_step(b, &r, per_block, 0, false, &argmax_ms, &err) ||
+        decode_step(b, &r, per_block, 0, true, &argmax_ms, &err))
+        goto done;
     double t0 = now_ms();
     if (prefill(b, &r, per_block, &err)) goto done;
     double t1 = now_ms();
     argmax_ms = 0;
     for (int s = 0; s < n_gen; s++)
-        if (decode_step(b, &r, per_block, s, &argmax_ms, &err)) goto done;
-    double t2 = now_ms();
+        if (decode_step(b, &r, per_block, s, false, &argmax_ms, &err)) goto done;
+    double t2 = now_ms(), device_ms = 0;
+    for (int s = 0; s < n_gen; s++)
+        if (decode_step(b, &r, per_block, s, true, &device_ms, &err)) goto done;
+    double t3 = now_ms();
     double tg = (double)M * n_gen / ((t2 - t1) / 1e3), tg_gpu = (double)M * n_gen / ((t2 - t1 - argmax_ms) / 1e3);
     printf("M=%-3d  prompts %6.0f tok/s  generated %8.1f tok/s  (%.2f ms a step, host argmax %.2f ms; without it "
            "%8.1f tok/s)  prompt+generation %8.1f tok/s\n", M, (double)M * n_prompt / ((t1 - t0) / 1e3), tg,
            (t2 - t1) / n_gen, argmax_ms / n_gen, tg_gpu, (double)M * n_gen / ((t2 - t0) / 1e3));
+    printf("       best logit on the device: generated %8.1f tok/s (%.2f ms a step)\n",
+           (double)M * n_gen / ((t3 - t2) / 1e3), (t3 - t2) / n_gen);
     fflush(stdout);
     rc = 0;
 done:

@@ -104,6 +104,9 @@ typedef struct kiln_cuda_seq {
     int n, pos;                 /* tokens[0..n) at positions pos..pos+n-1 */
     const int32_t *blocks;      /* the block table: at least (pos + n) / block_size rounded up entries */
     bool logits;                /* the last token's logits wanted */
+    int best;                   /* with logits: only their best (kiln_cuda_batch_best), at most KILN_CUDA_TOP_K_MAX */
+    const int32_t *window;      /* ... and the logits of window[0..n_window) (at most KILN_CUDA_TOP_K_MAX) */
+    int n_window;
 } kiln_cuda_seq;
 
 int kiln_cuda_batch_new(kiln_cuda_model *cm, const kiln_cuda_batch_params *p, kiln_cuda_batch **out,
@@ -112,8 +115,12 @@ void kiln_cuda_batch_free(kiln_cuda_batch *b);
 /* KV blocks the cache holds. */
 int kiln_cuda_batch_blocks(const kiln_cuda_batch *b);
 /* Runs one step; *logits (when non-NULL) points at n_vocab floats per sequence that wanted them, in order, valid
- * until the next step. */
+ * until the next step: filled for those that asked for the whole row (best 0). */
 int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, const float **logits,
                             kiln_error *err);
+/* After a step, for the row-th sequence that wanted logits and asked for its best: its best ids and logits (best
+ * first, as kiln_cuda_eval_best ranks) and its window's logits, valid until the next step. */
+void kiln_cuda_batch_best(const kiln_cuda_batch *b, int row, const int32_t **ids, const float **logits,
+                          const float **window_logits);
 
 #endif

@@ -108,7 +108,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
         {(void **)&c->ff2, sizeof(float) * T * cfg->n_ff},
         {(void **)&c->logits, sizeof(float) * cfg->n_vocab},
         {&c->argmax_scratch, kiln_cuda_argmax_scratch_bytes(cfg->n_vocab)},
-        {&c->top_scratch, kiln_cuda_top_k_scratch_bytes(cfg->n_vocab, KILN_CUDA_TOP_K_MAX)},
+        {&c->top_scratch, kiln_cuda_top_k_scratch_bytes(cfg->n_vocab, 1, KILN_CUDA_TOP_K_MAX)},
         {(void **)&c->d_best, BEST_BYTES},
         {(void **)&c->part, sizeof(float) * splits_x_tokens * cfg->n_head * (cfg->head_dim + 2)},
         {&c->act_q, widest / 32 * Q8_1_BYTES},
@@ -573,7 +573,7 @@ int kiln_cuda_eval_best(kiln_cuda_context *c, const int32_t *tokens, int n, int 
     memcpy(h + 2 * K, window, sizeof(int32_t) * (size_t)n_window);
     cudaError_t e = cudaMemcpyAsync(d + 2 * K, h + 2 * K, sizeof(int32_t) * (size_t)n_window, cudaMemcpyHostToDevice,
                                     c->stream);
-    if (e == cudaSuccess && kiln_cuda_top_k(c->logits, n_vocab, k, c->top_scratch, (float *)(d + K), d, c->stream))
+    if (e == cudaSuccess && kiln_cuda_top_k(c->logits, n_vocab, 1, k, c->top_scratch, (float *)(d + K), d, c->stream))
         e = cudaErrorInvalidValue;
     if (e == cudaSuccess) {
         kiln_cuda_gather_f32(c->logits, d + 2 * K, n_window, (float *)(d + 3 * K), c->stream);

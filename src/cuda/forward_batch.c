@@ -29,7 +29,16 @@ struct kiln_cuda_batch {
     int32_t *d_io, *h_io;
     size_t io_len;
     float *h_logits;         /* pinned: [max_seqs][n_vocab] */
+    /* rows that ask for their best logits only (kiln_cuda_seq.best): the top-k passes' scratch, and the results:
+     * ids and logits [max_seqs][best of the step], the windows' rows * n_vocab + id in, their logits out
+     * (max_seqs * KILN_CUDA_TOP_K_MAX each), on the device and pinned */
+    void *top_scratch;
+    int32_t *d_best, *h_best;
+    int step_best;           /* the largest best of the step (the rows' stride in the results) */
+    int *window_at;          /* [max_seqs]: where each row's window logits start */
 };
+
+#define BATCH_BEST_INTS(b) (4 * (size_t)(b)->max_seqs * KILN_CUDA_TOP_K_MAX)
 
 static int cuda_error(kiln_error *err, const char *what, cudaError_t e) {
     return kiln_fail(err, "CUDA %s: %s", what, cudaGetErrorString(e));
@@ -60,12 +69,16 @@ static cudaError_t alloc_buffers(kiln_cuda_batch *b) {
         {(void **)&b->logits, sizeof(float) * (size_t)b->max_seqs * cfg->n_vocab},
         {(void **)&b->part, sizeof(float) * T * cfg->n_head * KILN_CUDA_DECODE_SPLITS * (cfg->head_dim + 2)},
         {&b->act_q, T * widest / 32 * Q8_1_BYTES},
+        {&b->top_scratch, kiln_cuda_top_k_scratch_bytes(cfg->n_vocab, b->max_seqs, KILN_CUDA_TOP_K_MAX)},
+        {(void **)&b->d_best, sizeof(int32_t) * BATCH_BEST_INTS(b)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         cudaError_t e = cudaMalloc(bufs[i].p, bufs[i].bytes);
         if (e != cudaSuccess) return e;
     }
     cudaError_t e = cudaHostAlloc((void **)&b->h_io, sizeof(int32_t) * b->io_len, cudaHostAllocDefault);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&b->h_best, sizeof(int32_t) * BATCH_BEST_INTS(b), cudaHostAllocDefault);
+    if (e == cudaSuccess && !(b->window_at = malloc(sizeof(int) * (size_t)b->max_seqs))) e = cudaErrorMemoryAllocation;
     if (e != cudaSuccess) return e;
     return cudaHostAlloc((void **)&b->h_logits, sizeof(float) * (size_t)b->max_seqs * cfg->n_vocab,
                          cudaHostAllocDefault);
@@ -124,9 +137,11 @@ int kiln_cuda_batch_blocks(const kiln_cuda_batch *b) { return b->n_blocks; }
 void kiln_cuda_batch_free(kiln_cuda_batch *b) {
     if (!b) return;
     void *bufs[] = {b->d_io, b->x, b->h, b->q, b->k, b->v, b->attn, b->ff, b->ff2, b->logits, b->part, b->act_q,
-                    b->k_cache, b->v_cache};
+                    b->top_scratch, b->d_best, b->k_cache, b->v_cache};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     if (b->h_io) cudaFreeHost(b->h_io);
+    if (b->h_best) cudaFreeHost(b->h_best);
+    free(b->window_at);
     if (b->h_logits) cudaFreeHost(b->h_logits);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b);
@@ -239,6 +254,69 @@ static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {
     return kiln_cuda_gemv_batch(&cm->output, hq, b->h, R, b->logits, false, b->stream);
 }
 
+/* The rows' best logits and window logits (kiln_cuda_seq.best), queued: ranked over every row at the step's largest
+ * best, the windows gathered by row * n_vocab + id, both copied to h_best. */
+static int queue_best(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, int R, kiln_error *err) {
+    int n_vocab = b->cm->cfg.n_vocab, K = KILN_CUDA_TOP_K_MAX, n_win = 0, r = 0;
+    size_t rows = (size_t)b->max_seqs * K;
+    int32_t *win = b->h_best + 2 * rows;
+    b->step_best = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const kiln_cuda_seq *q = &seqs[s];
+        if (!q->logits) continue;
+        if (q->best < 0 || q->best > K || q->best > n_vocab || q->n_window < 0 || q->n_window > K || (!q->best && q->n_window))
+            return kiln_fail(err, "sequence %d: %d best logits and a window of %d (at most %d)", s, q->best, q->n_window, K);
+        if (q->best > b->step_best) b->step_best = q->best;
+        b->window_at[r] = n_win;
+        for (int i = 0; i < q->n_window; i++) {
+            if (q->window[i] < 0 || q->window[i] >= n_vocab)
+                return kiln_fail(err, "sequence %d: window token %d is outside the vocabulary", s, q->window[i]);
+            win[n_win++] = r * n_vocab + q->window[i];
+        }
+        r++;
+    }
+    if (!b->step_best) return 0;
+    cudaError_t e = cudaMemcpyAsync(b->d_best + 2 * rows, win, sizeof(int32_t) * (size_t)n_win, cudaMemcpyHostToDevice,
+                                    b->stream);
+    if (e == cudaSuccess && kiln_cuda_top_k(b->logits, n_vocab, R, b->step_best, b->top_scratch,
+                                            (float *)(b->d_best + rows), b->d_best, b->stream))
+        e = cudaErrorInvalidValue;
+    if (e == cudaSuccess) {
+        kiln_cuda_gather_f32(b->logits, b->d_best + 2 * rows, n_win, (float *)(b->d_best + 3 * rows), b->stream);
+        size_t n_best = (size_t)R * (size_t)b->step_best;
+        e = cudaMemcpyAsync(b->h_best, b->d_best, sizeof(int32_t) * n_best, cudaMemcpyDeviceToHost, b->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(b->h_best + rows, b->d_best + rows, sizeof(float) * n_best, cudaMemcpyDeviceToHost,
+                                b->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(b->h_best + 3 * rows, b->d_best + 3 * rows, sizeof(float) * (size_t)n_win,
+                                cudaMemcpyDeviceToHost, b->stream);
+    }
+    return e == cudaSuccess ? 0 : cuda_error(err, "ranking the logits", e);
+}
+
+/* The whole rows of the sequences that want them (no best), each to its place in h_logits. */
+static cudaError_t queue_rows(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs) {
+    size_t V = (size_t)b->cm->cfg.n_vocab;
+    cudaError_t e = cudaSuccess;
+    for (int s = 0, r = 0; s < n_seqs && e == cudaSuccess; s++) {
+        if (!seqs[s].logits) continue;
+        if (!seqs[s].best)
+            e = cudaMemcpyAsync(b->h_logits + r * V, b->logits + r * V, sizeof(float) * V, cudaMemcpyDeviceToHost,
+                                b->stream);
+        r++;
+    }
+    return e;
+}
+
+void kiln_cuda_batch_best(const kiln_cuda_batch *b, int row, const int32_t **ids, const float **logits,
+                          const float **window_logits) {
+    size_t rows = (size_t)b->max_seqs * KILN_CUDA_TOP_K_MAX, at = (size_t)row * (size_t)b->step_best;
+    *ids = b->h_best + at;
+    *logits = (const float *)(b->h_best + rows) + at;
+    *window_logits = (const float *)(b->h_best + 3 * rows) + b->window_at[row];
+}
+
 int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, const float **logits,
                             kiln_error *err) {
     if (n_seqs < 1 || n_seqs > b->max_seqs)
@@ -251,8 +329,8 @@ int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n
     if (e != cudaSuccess) return cuda_error(err, "copying a step's inputs", e);
     step_io d = io_at(b, b->d_io);
     if (forward(b, &d, T, R)) return kiln_fail(err, "batched GPU step: a kernel rejected its arguments");
-    size_t n_logits = (size_t)R * (size_t)b->cm->cfg.n_vocab;
-    if (R) e = cudaMemcpyAsync(b->h_logits, b->logits, sizeof(float) * n_logits, cudaMemcpyDeviceToHost, b->stream);
+    if (queue_best(b, seqs, n_seqs, R, err)) return -1;
+    e = queue_rows(b, seqs, n_seqs);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
     if (e != cudaSuccess) return cuda_error(err, "batched GPU step", e);

@@ -202,11 +202,13 @@ int kiln_cuda_decode_layers(const kiln_cuda_decode_args *a, cudaStream_t stream)
 size_t kiln_cuda_argmax_scratch_bytes(int n);
 void kiln_cuda_argmax(const float *x, int n, void *scratch, int32_t *d_out, int32_t *d_advance, cudaStream_t stream);
 
-/* The k best of v[0..n) (ranked by value, then lower index), best first, into out_v and out_id (device memory of k
- * each), k from 1 to KILN_CUDA_TOP_K_MAX and at most n. scratch: kiln_cuda_top_k_scratch_bytes(n, k) bytes for
- * any k up to the one it was sized for. -1: k out of range or a launch failed. */
-size_t kiln_cuda_top_k_scratch_bytes(int n, int k);
-int kiln_cuda_top_k(const float *v, int n, int k, void *scratch, float *out_v, int32_t *out_id, cudaStream_t stream);
+/* The k best of each of rows rows of n values (v, rows n apart; ranked by value, then lower index), best first, into
+ * out_v and out_id (rows k apart), k from 1 to KILN_CUDA_TOP_K_MAX and at most n. scratch:
+ * kiln_cuda_top_k_scratch_bytes(n, rows, k) bytes for any rows and k up to those it was sized for. -1: k or rows
+ * out of range, or a launch failed. */
+size_t kiln_cuda_top_k_scratch_bytes(int n, int rows, int k);
+int kiln_cuda_top_k(const float *v, int n, int rows, int k, void *scratch, float *out_v, int32_t *out_id,
+                    cudaStream_t stream);
 /* out[i] = v[ids[i]] for i < n. */
 void kiln_cuda_gather_f32(const float *v, const int32_t *ids, int n, float *out, cudaStream_t stream);
 

@@ -18,13 +18,16 @@ __device__ __forceinline__ bool ranks_before(float av, int32_t ai, float bv, int
     return av > bv || (av == bv && ai < bi);
 }
 
-/* Tile blockIdx.x of v (ids: id[i], or i where id is NULL; past n: -inf, ranked last) sorted best first, its k best
- * to out_v / out_id at k * blockIdx.x. */
+/* Tile blockIdx.x of row blockIdx.y of v (rows n apart; ids: id[i] of the row, or i where id is NULL; past n: -inf,
+ * ranked last) sorted best first, its k best to out_v / out_id at k * blockIdx.x of the row (rows out_n apart). */
 __global__ void __launch_bounds__(TOPK_THREADS)
-    top_k_tile_kernel(const float *v, const int32_t *id, int n, int k, float *out_v, int32_t *out_id) {
+    top_k_tile_kernel(const float *v, const int32_t *id, int n, int k, float *out_v, int32_t *out_id, int out_n) {
     __shared__ float sv[TOPK_TILE];
     __shared__ int32_t si[TOPK_TILE];
     int64_t base = (int64_t)blockIdx.x * TOPK_TILE;
+    v += (int64_t)blockIdx.y * n;
+    if (id) id += (int64_t)blockIdx.y * n;
+    out_v += (int64_t)blockIdx.y * out_n, out_id += (int64_t)blockIdx.y * out_n;
     for (int i = threadIdx.x; i < TOPK_TILE; i += TOPK_THREADS) {
         int64_t g = base + i;
         sv[i] = g < n ? v[g] : -INFINITY;
@@ -50,15 +53,15 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 
 static int tiles(int n) { return div_up(n, TOPK_TILE); }
 
-extern "C" size_t kiln_cuda_top_k_scratch_bytes(int n, int k) {
-    /* two ping-pong arrays of (value, id) for the first pass's tiles' k best each */
-    return 2 * (size_t)tiles(n) * (size_t)k * (sizeof(float) + sizeof(int32_t));
+extern "C" size_t kiln_cuda_top_k_scratch_bytes(int n, int rows, int k) {
+    /* two ping-pong arrays of (value, id) for the first pass's tiles' k best each, per row */
+    return 2 * (size_t)rows * (size_t)tiles(n) * (size_t)k * (sizeof(float) + sizeof(int32_t));
 }
 
-extern "C" int kiln_cuda_top_k(const float *v, int n, int k, void *scratch, float *out_v, int32_t *out_id,
+extern "C" int kiln_cuda_top_k(const float *v, int n, int rows, int k, void *scratch, float *out_v, int32_t *out_id,
                                cudaStream_t stream) {
-    if (k < 1 || k > KILN_CUDA_TOP_K_MAX || k > n) return -1;
-    size_t half = (size_t)tiles(n) * (size_t)k;
+    if (k < 1 || k > KILN_CUDA_TOP_K_MAX || k > n || rows < 1 || rows > 65535) return -1;
+    size_t half = (size_t)rows * (size_t)tiles(n) * (size_t)k;
     float *sv[2] = {(float *)scratch, (float *)scratch + half};
     int32_t *si[2] = {(int32_t *)(sv[1] + half), (int32_t *)(sv[1] + half) + half};
     const float *in_v = v;
@@ -68,9 +71,10 @@ extern "C" int kiln_cuda_top_k(const float *v, int n, int k, void *scratch, floa
         bool last = blocks == 1;
         float *ov = last ? out_v : sv[pass & 1];
         int32_t *oi = last ? out_id : si[pass & 1];
-        top_k_tile_kernel<<<blocks, TOPK_THREADS, 0, stream>>>(in_v, in_id, n, k, ov, oi);
+        int out_n = last ? k : blocks * k;
+        top_k_tile_kernel<<<dim3(blocks, rows), TOPK_THREADS, 0, stream>>>(in_v, in_id, n, k, ov, oi, out_n);
         if (last) return cudaGetLastError() == cudaSuccess ? 0 : -1;
-        in_v = ov, in_id = oi, n = blocks * k;
+        in_v = ov, in_id = oi, n = out_n;
     }
 }
 

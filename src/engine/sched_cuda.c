@@ -1,7 +1,8 @@
 /* The GPU executor: the same paged KV pool bookkeeping as the CPU's (sched_blocks.c: block tables, prefix reuse,
  * LRU) with the K/V blocks on the device, and one batched forward per step over every running sequence
- * (kiln_cuda_forward_batch): each weight is read once per step for all of them. Logits come back to the host, where
- * the scheduler samples as on the CPU. The weights are uploaded once, for all sequences. */
+ * (kiln_cuda_forward_batch): each weight is read once per step for all of them. The scheduler samples on the host:
+ * from each sequence's best logits, ranked on the device, where its sampler can (kiln_sampler_candidates_wanted),
+ * else from the whole row. The weights are uploaded once, for all sequences. */
 #include <stdlib.h>
 
 #include "engine/sched_blocks.h"
@@ -13,6 +14,7 @@ typedef struct cuda_exec {
     kiln_kv_pool *pool;
     int n_ctx, n_vocab;
     kiln_cuda_seq *seqs; /* [parallel] */
+    int32_t *windows;    /* [parallel][KILN_CUDA_TOP_K_MAX]: each sequence's penalty window, for its best logits */
 } cuda_exec;
 
 static int div_up(int a, int b) { return (a + b - 1) / b; }
@@ -26,16 +28,29 @@ static void cuda_release(sched_exec *base, sched_seq *q) { sched_blocks_release(
 
 static int cuda_run(sched_exec *base, sched_work *work, int n_work, kiln_error *err) {
     cuda_exec *x = (cuda_exec *)base;
-    for (int i = 0; i < n_work; i++)
-        x->seqs[i] = (kiln_cuda_seq){.tokens = work[i].tokens, .n = work[i].n, .pos = work[i].pos,
-                                     .blocks = ((sched_blocks *)work[i].seq->exec)->blocks,
-                                     .logits = work[i].want_logits};
+    for (int i = 0; i < n_work; i++) {
+        sched_work *w = &work[i];
+        kiln_cuda_seq *q = &x->seqs[i];
+        *q = (kiln_cuda_seq){.tokens = w->tokens, .n = w->n, .pos = w->pos,
+                             .blocks = ((sched_blocks *)w->seq->exec)->blocks, .logits = w->want_logits};
+        int32_t *window = x->windows + (size_t)i * KILN_CUDA_TOP_K_MAX;
+        w->window = window, w->n_window = 0;
+        if (w->want_logits)
+            q->best = kiln_sampler_candidates_wanted(w->seq->gen.sampler, KILN_CUDA_TOP_K_MAX, window, &w->n_window);
+        q->window = window, q->n_window = w->n_window;
+        w->n_best = q->best;
+    }
     const float *logits = NULL;
     if (kiln_cuda_forward_batch(x->batch, x->seqs, n_work, &logits, err)) return -1;
     int k = 0;
     for (int i = 0; i < n_work; i++) {
-        if (work[i].want_logits) work[i].logits = logits + (size_t)k++ * (size_t)x->n_vocab;
-        sched_blocks_publish(x->pool, &work[i]);
+        sched_work *w = &work[i];
+        if (w->want_logits) {
+            if (w->n_best) kiln_cuda_batch_best(x->batch, k, &w->best_ids, &w->best_logits, &w->window_logits);
+            else w->logits = logits + (size_t)k * (size_t)x->n_vocab;
+            k++;
+        }
+        sched_blocks_publish(x->pool, w);
     }
     return 0;
 }
@@ -48,6 +63,7 @@ static void cuda_free(sched_exec *base) {
     kiln_cuda_model_free(x->cm);
     kiln_kv_pool_free(x->pool);
     free(x->seqs);
+    free(x->windows);
     free(x);
 }
 
@@ -62,7 +78,9 @@ sched_exec *kiln_sched_cuda_new(kiln_model *m, const kiln_sched_params *p, kiln_
         return NULL;
     }
     cuda_exec *x = calloc(1, sizeof *x);
-    if (!x || !(x->seqs = calloc((size_t)p->parallel, sizeof *x->seqs))) {
+    if (!x || !(x->seqs = calloc((size_t)p->parallel, sizeof *x->seqs)) ||
+        !(x->windows = malloc(sizeof *x->windows * (size_t)p->parallel * KILN_CUDA_TOP_K_MAX))) {
+        if (x) free(x->seqs);
         free(x);
         kiln_fail(err, "out of memory");
         return NULL;

@@ -36,7 +36,11 @@ typedef struct sched_work {
     const int32_t *tokens;
     int n, pos;
     bool want_logits;
-    const float *logits; /* set by the executor */
+    const float *logits; /* set by the executor: the whole row, or */
+    int n_best;          /* ... only the row's n_best best (best_ids, best_logits) and the logits of the penalty */
+    const int32_t *best_ids, *window; /* window's tokens (kiln_sampler_candidates_wanted) */
+    const float *best_logits, *window_logits;
+    int n_window;
     int32_t sampled;     /* drawn from logits after the step (the scheduler's sampling pass) */
     bool info_wanted;    /* the request asked for log-probabilities: info holds them */
     kiln_sample_info info;

@@ -247,7 +247,9 @@ static void sample_work(void *arg, int ith, int nth) {
         if (!w->want_logits) continue;
         kiln_gen *g = &w->seq->gen;
         w->info_wanted = g->params->sampling.n_top_logprobs > 0;
-        w->sampled = kiln_sampler_sample(g->sampler, w->logits, w->info_wanted ? &w->info : NULL);
+        w->sampled = w->n_best ? kiln_sampler_sample_candidates(g->sampler, w->best_ids, w->best_logits, w->n_best,
+                                                                 w->window, w->window_logits, w->n_window)
+                               : kiln_sampler_sample(g->sampler, w->logits, w->info_wanted ? &w->info : NULL);
     }
 }
 

@@ -279,17 +279,20 @@ int kiln_sampler_candidates_wanted(const kiln_sampler *s, int max_k, int32_t *wi
     *n_window = 0;
     int k = p->temperature <= 0.0f ? 1 : top_k_keeps(p, s->n_vocab);
     if (p->n_top_logprobs > 0 || k >= s->n_vocab) return 0;
+    bool room = true;
     if (has_penalties(p))
-        for (int i = 0; i < s->history_len; i++) {
+        for (int i = 0; i < s->history_len && room; i++) {
             int32_t t = s->history[i];
             bool seen = false;
             for (int j = 0; j < *n_window && !seen; j++) seen = window[j] == t;
             if (seen) continue;
-            if (k + *n_window + 1 > max_k) return 0;
-            window[(*n_window)++] = t;
+            room = k + *n_window < max_k;
+            if (room) window[(*n_window)++] = t;
         }
     k += *n_window;
-    return k <= max_k && k <= s->n_vocab ? k : 0;
+    if (room && k <= max_k && k <= s->n_vocab) return k;
+    *n_window = 0;
+    return 0;
 }
 
 int32_t kiln_sampler_sample_candidates(kiln_sampler *s, const int32_t *ids, const float *logits, int n_best,

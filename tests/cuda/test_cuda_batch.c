@@ -1,13 +1,14 @@
 /* The batched GPU step on whole models. kiln_cuda_forward_batch: three sequences joining at different steps (prompt
  * chunks beside decode tokens, shuffled block tables) give the logits of the single-sequence GPU path
  * (kiln_cuda_eval, one token at a time) within a bound, and one sequence run alone gives the same bits as among
- * the others. The scheduler on the GPU: a greedy request gives the same tokens alone and with others running, also
+ * the others, and a step asking for a sequence's best logits gets that row's ranking. The scheduler on the GPU: a greedy request gives the same tokens alone and with others running, also
  * when its prompt start comes from the prefix cache.
  * Models: KILN_CUDA_TEST_MODELS (random-weight GGUFs, tests/cuda/make_model.py) for the forward, and
  * KILN_CUDA_SCHED_MODEL (one with a tokenizer: kiln synth --vocab-from) for the scheduler; each part skips without
  * its model or a GPU. */
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +46,7 @@ static int plan_step(seq_plan *s, const int *which, int n_which, int step, kiln_
         seq_plan *p = &s[which[i]];
         if (step < p->start) continue;
         int len = p->n_done ? 1 : p->n_prompt;
-        out[n++] = (kiln_cuda_seq){p->tokens + p->n_done, len, p->n_done, p->blocks, true};
+        out[n++] = (kiln_cuda_seq){p->tokens + p->n_done, len, p->n_done, p->blocks, true, 0, NULL, 0};
     }
     return n;
 }
@@ -65,6 +66,39 @@ static bool any_quantized(const kiln_weights *w) {
     for (int l = 0; l < w->n_layer; l++)
         q = q || kiln_cuda_type_uses_q8_1(w->layers[l].w[KILN_ROLE_FFN_DOWN].type);
     return q;
+}
+
+static const float *rank_x;
+
+static int by_rank(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (rank_x[i] != rank_x[j]) return rank_x[i] < rank_x[j] ? 1 : -1;
+    return i - j;
+}
+
+/* The step just run (in[0..n) on b, row its logits) again, asking for the best 40 and a window of two tokens: the
+ * step rewrites its K/V rows alike, so they are row's ranking (logit, then lower id) and row's values. */
+static void check_best(kiln_cuda_batch *b, kiln_cuda_seq *in, int n, const float *row, int nv) {
+    enum { K = 40 };
+    float *saved = malloc(sizeof(float) * nv);
+    int32_t *order = malloc(sizeof(int32_t) * nv), window[2] = {0, nv / 2};
+    memcpy(saved, row, sizeof(float) * nv);
+    in[0].best = K, in[0].window = window, in[0].n_window = 2;
+    const float *logits = NULL, *best, *wl;
+    const int32_t *ids;
+    kiln_error err = {{0}};
+    if (kiln_cuda_forward_batch(b, in, n, &logits, &err)) fail_msg("%s", err.msg);
+    kiln_cuda_batch_best(b, 0, &ids, &best, &wl);
+    for (int i = 0; i < nv; i++) order[i] = i;
+    rank_x = saved;
+    qsort(order, (size_t)nv, sizeof *order, by_rank);
+    for (int i = 0; i < K; i++) {
+        assert_int_equal(ids[i], order[i]);
+        assert_true(best[i] == saved[order[i]]);
+    }
+    assert_true(wl[0] == saved[0] && wl[1] == saved[nv / 2]);
+    in[0].best = 0, in[0].window = NULL, in[0].n_window = 0;
+    free(saved), free(order);
 }
 
 static bool check_model(const char *path) {
@@ -114,6 +148,7 @@ static bool check_model(const char *path) {
         int n1 = plan_step(s_alone, first, 1, step, in1);
         if (kiln_cuda_forward_batch(alone, in1, n1, &logits1, &err)) fail_msg("step %d: %s", step, err.msg);
         invariant = invariant && !memcmp(logits1, mine, sizeof(float) * nv);
+        check_best(alone, in1, n1, logits1, nv);
         for (int i = 0, k = 0; i < N_SEQ; i++) {
             seq_plan *p = &s[i];
             if (step < p->start) continue;
@@ -195,9 +230,12 @@ static void on_done(const kiln_generate_result *res, const char *err, void *user
     pthread_mutex_unlock(&lock);
 }
 
-static void run_requests(kiln_sched *s, int32_t (*prompts)[64], const int *n, int count, request *r) {
+/* Greedy requests, or sampled ones (the default sampler, seeded, with a repeat penalty: each step samples from its
+ * best logits and its penalty window's, ranked on the device) */
+static void run_requests(kiln_sched *s, int32_t (*prompts)[64], const int *n, int count, bool sampled, request *r) {
     kiln_generate_params gp = kiln_generate_default_params();
-    gp.sampling.temperature = 0;
+    if (sampled) gp.sampling.seed = 4242, gp.sampling.repeat_penalty = 1.1f;
+    else gp.sampling.temperature = 0;
     gp.max_tokens = 24;
     for (int i = 0; i < count; i++) {
         memset(&r[i], 0, sizeof r[i]);
@@ -241,22 +279,24 @@ static void test_scheduler_batch_invariance(void **state) {
             prompts[i][t] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (kiln_model_n_vocab(m) - 1));
     memcpy(prompts[5], prompts[0], sizeof(int32_t) * 48);
     static request solo[N], crowd[N];
-    for (int i = 0; i < N; i++) run_requests(s, &prompts[i], &n[i], 1, &solo[i]);
-    assert_true(solo[5].res.n_cached >= 48); /* ran after 0 alone: its shared blocks were cached */
-    run_requests(s, prompts, n, N, crowd);
-    int same = 0;
-    for (int i = 0; i < N; i++) {
-        bool eq = solo[i].n_tokens == crowd[i].n_tokens &&
-                  !memcmp(solo[i].tokens, crowd[i].tokens, sizeof(int32_t) * (size_t)solo[i].n_tokens);
-        same += eq;
-        if (!eq) fprintf(stderr, "request %d: alone and among others differ\n", i);
+    for (int sampled = 0; sampled < 2; sampled++) {
+        for (int i = 0; i < N; i++) run_requests(s, &prompts[i], &n[i], 1, sampled, &solo[i]);
+        assert_true(solo[5].res.n_cached >= 48); /* ran after 0 alone: its shared blocks were cached */
+        run_requests(s, prompts, n, N, sampled, crowd);
+        int same = 0;
+        for (int i = 0; i < N; i++) {
+            bool eq = solo[i].n_tokens == crowd[i].n_tokens &&
+                      !memcmp(solo[i].tokens, crowd[i].tokens, sizeof(int32_t) * (size_t)solo[i].n_tokens);
+            same += eq;
+            if (!eq) fprintf(stderr, "request %d: alone and among others differ\n", i);
+        }
+        kiln_sched_stats st;
+        kiln_sched_get_stats(s, &st);
+        fprintf(stderr, "GPU scheduler: %d of %d requests gave the same %s tokens (%d, ...) alone and among %d "
+                "others (%llu steps, %llu prompt tokens reused)\n", same, N, sampled ? "sampled" : "greedy",
+                solo[0].n_tokens, N - 1, (unsigned long long)st.steps, (unsigned long long)st.prefix_tokens_reused);
+        assert_int_equal(same, N);
     }
-    kiln_sched_stats st;
-    kiln_sched_get_stats(s, &st);
-    fprintf(stderr, "GPU scheduler: %d of %d requests gave the same greedy tokens (%d, ...) alone and among %d "
-            "others (%llu steps, %llu prompt tokens reused)\n", same, N, solo[0].n_tokens, N - 1,
-            (unsigned long long)st.steps, (unsigned long long)st.prefix_tokens_reused);
-    assert_int_equal(same, N);
     kiln_sched_free(s);
     kiln_model_close(m);
 }

@@ -621,8 +621,8 @@ static void check_top_k(int n, int k) {
     qsort(order, (size_t)n, sizeof *order, by_rank);
     float *dx = gpu_upload(x, sizeof(float) * n), *dv = gpu_alloc(sizeof(float) * k);
     int32_t *did = gpu_alloc(sizeof(int32_t) * k);
-    void *scratch = gpu_alloc(kiln_cuda_top_k_scratch_bytes(n, KILN_CUDA_TOP_K_MAX));
-    assert_int_equal(kiln_cuda_top_k(dx, n, k, scratch, dv, did, 0), 0);
+    void *scratch = gpu_alloc(kiln_cuda_top_k_scratch_bytes(n, 1, KILN_CUDA_TOP_K_MAX));
+    assert_int_equal(kiln_cuda_top_k(dx, n, 1, k, scratch, dv, did, 0), 0);
     CUDA_SYNC();
     CUDA_OK(cudaMemcpy(got_v, dv, sizeof(float) * k, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(got_id, did, sizeof(int32_t) * k, cudaMemcpyDeviceToHost));
@@ -638,7 +638,32 @@ static void check_top_k(int n, int k) {
     CUDA_SYNC();
     CUDA_OK(cudaMemcpy(g, dg, sizeof g, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 5; i++) assert_true(g[i] == x[ids[i]]);
-    assert_int_equal(kiln_cuda_top_k(dx, n, KILN_CUDA_TOP_K_MAX + 1, scratch, dv, did, 0), -1);
+    assert_int_equal(kiln_cuda_top_k(dx, n, 1, KILN_CUDA_TOP_K_MAX + 1, scratch, dv, did, 0), -1);
+    free(x), free(got_v), free(order), free(got_id);
+    gpu_free_all();
+}
+
+/* Several rows in one call (the batched step's sequences): each row's k best, rows k apart. */
+static void check_top_k_rows(int n, int rows, int k) {
+    float *x = malloc(sizeof(float) * n * rows), *got_v = malloc(sizeof(float) * k * rows);
+    int32_t *order = malloc(sizeof(int32_t) * n), *got_id = malloc(sizeof(int32_t) * k * rows);
+    for (int i = 0; i < n * rows; i++) x[i] = (float)(int)(rng_uniform() * 64.0f) / 4.0f;
+    float *dx = gpu_upload(x, sizeof(float) * n * rows), *dv = gpu_alloc(sizeof(float) * k * rows);
+    int32_t *did = gpu_alloc(sizeof(int32_t) * k * rows);
+    void *scratch = gpu_alloc(kiln_cuda_top_k_scratch_bytes(n, rows, k));
+    assert_int_equal(kiln_cuda_top_k(dx, n, rows, k, scratch, dv, did, 0), 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(got_v, dv, sizeof(float) * k * rows, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got_id, did, sizeof(int32_t) * k * rows, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < rows; r++) {
+        for (int i = 0; i < n; i++) order[i] = i;
+        rank_x = x + (size_t)r * n;
+        qsort(order, (size_t)n, sizeof *order, by_rank);
+        for (int i = 0; i < k; i++) {
+            assert_int_equal(got_id[r * k + i], order[i]);
+            assert_true(got_v[r * k + i] == rank_x[order[i]]);
+        }
+    }
     free(x), free(got_v), free(order), free(got_id);
     gpu_free_all();
 }
@@ -652,6 +677,8 @@ static void test_top_k(void **state) {
     check_top_k(151936, 40);
     check_top_k(151936, 104);
     check_top_k(151936, KILN_CUDA_TOP_K_MAX);
+    check_top_k_rows(151936, 3, 40);
+    check_top_k_rows(5000, 7, 1);
 }
 
 #define TYPE_TEST(t) cmocka_unit_test_prestate(test_type, (void *)(intptr_t)(t))
