@@ -91,4 +91,20 @@ static inline double rel_err(const float *a, const double *ref, size_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* The ranking the host sampler uses and the device's top-k returns: by value descending, then lower id. */
+static const float *rank_values;
+
+static inline int by_rank(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (rank_values[i] != rank_values[j]) return rank_values[i] < rank_values[j] ? 1 : -1;
+    return i - j;
+}
+
+/* order[0..n): the ids of x[0..n) best first. */
+static inline void rank_order(const float *x, int n, int32_t *order) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    rank_values = x;
+    qsort(order, (size_t)n, sizeof *order, by_rank);
+}
+
 #endif

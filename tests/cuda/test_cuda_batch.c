@@ -68,14 +68,6 @@ static bool any_quantized(const kiln_weights *w) {
     return q;
 }
 
-static const float *rank_x;
-
-static int by_rank(const void *a, const void *b) {
-    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    if (rank_x[i] != rank_x[j]) return rank_x[i] < rank_x[j] ? 1 : -1;
-    return i - j;
-}
-
 /* The step just run (in[0..n) on b, row its logits) again, asking for the best 40 and a window of two tokens: the
  * step rewrites its K/V rows alike, so they are row's ranking (logit, then lower id) and row's values. */
 static void check_best(kiln_cuda_batch *b, kiln_cuda_seq *in, int n, const float *row, int nv) {
@@ -89,9 +81,7 @@ static void check_best(kiln_cuda_batch *b, kiln_cuda_seq *in, int n, const float
     kiln_error err = {{0}};
     if (kiln_cuda_forward_batch(b, in, n, &logits, &err)) fail_msg("%s", err.msg);
     kiln_cuda_batch_best(b, 0, &ids, &best, &wl);
-    for (int i = 0; i < nv; i++) order[i] = i;
-    rank_x = saved;
-    qsort(order, (size_t)nv, sizeof *order, by_rank);
+    rank_order(saved, nv, order);
     for (int i = 0; i < K; i++) {
         assert_int_equal(ids[i], order[i]);
         assert_true(best[i] == saved[order[i]]);

@@ -601,24 +601,14 @@ static void test_argmax(void **state) {
     check_argmax(151936);
 }
 
-static const float *rank_x;
-
-/* by logit descending, then lower id: the order the sampler ranks in */
-static int by_rank(const void *a, const void *b) {
-    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    if (rank_x[i] != rank_x[j]) return rank_x[i] < rank_x[j] ? 1 : -1;
-    return i - j;
-}
-
 /* The device's k best against a sort on the host: the same ids in the same order, on values drawn from a coarse grid
  * (ties at the cut) with a run of -inf, over one to three passes; and the window gather. */
 static void check_top_k(int n, int k) {
     float *x = malloc(sizeof(float) * n), *got_v = malloc(sizeof(float) * k);
     int32_t *order = malloc(sizeof(int32_t) * n), *got_id = malloc(sizeof(int32_t) * k);
-    for (int i = 0; i < n; i++) x[i] = (float)(int)(rng_uniform() * 64.0f) / 4.0f, order[i] = i;
+    for (int i = 0; i < n; i++) x[i] = (float)(int)(rng_uniform() * 64.0f) / 4.0f;
     for (int i = n / 3; i < n / 3 + n / 10; i++) x[i] = -INFINITY;
-    rank_x = x;
-    qsort(order, (size_t)n, sizeof *order, by_rank);
+    rank_order(x, n, order);
     float *dx = gpu_upload(x, sizeof(float) * n), *dv = gpu_alloc(sizeof(float) * k);
     int32_t *did = gpu_alloc(sizeof(int32_t) * k);
     void *scratch = gpu_alloc(kiln_cuda_top_k_scratch_bytes(n, 1, KILN_CUDA_TOP_K_MAX));
@@ -656,12 +646,11 @@ static void check_top_k_rows(int n, int rows, int k) {
     CUDA_OK(cudaMemcpy(got_v, dv, sizeof(float) * k * rows, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(got_id, did, sizeof(int32_t) * k * rows, cudaMemcpyDeviceToHost));
     for (int r = 0; r < rows; r++) {
-        for (int i = 0; i < n; i++) order[i] = i;
-        rank_x = x + (size_t)r * n;
-        qsort(order, (size_t)n, sizeof *order, by_rank);
+        const float *row = x + (size_t)r * n;
+        rank_order(row, n, order);
         for (int i = 0; i < k; i++) {
             assert_int_equal(got_id[r * k + i], order[i]);
-            assert_true(got_v[r * k + i] == rank_x[order[i]]);
+            assert_true(got_v[r * k + i] == row[order[i]]);
         }
     }
     free(x), free(got_v), free(order), free(got_id);

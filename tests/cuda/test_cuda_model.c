@@ -264,14 +264,6 @@ static void test_models(void **state) {
     assert_true(ok);
 }
 
-static const float *rank_x;
-
-static int by_rank(const void *a, const void *b) {
-    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    if (rank_x[i] != rank_x[j]) return rank_x[i] < rank_x[j] ? 1 : -1;
-    return i - j;
-}
-
 /* kiln_cuda_eval_best on the first model: a decode step run twice at the same position, once with the whole row
  * copied back (kiln_cuda_eval), once ranked on the device: the k best are the row's k best by the sampler's order,
  * with their logits, and the window's logits are the row's. */
@@ -293,9 +285,7 @@ static void test_best_logits(void **state) {
         kiln_cuda_eval(m.ctx, tokens + N_PROMPT - 1, 1, N_PROMPT - 1, m.gpu, &err) ||
         kiln_cuda_eval_best(m.ctx, tokens + N_PROMPT - 1, 1, N_PROMPT - 1, k, ids, logits, window, 3, wl, &err))
         fail_msg("%s", err.msg);
-    for (int i = 0; i < nv; i++) order[i] = i;
-    rank_x = m.gpu;
-    qsort(order, (size_t)nv, sizeof *order, by_rank);
+    rank_order(m.gpu, nv, order);
     for (int i = 0; i < k; i++) {
         assert_int_equal(ids[i], order[i]);
         assert_true(logits[i] == m.gpu[order[i]]);
