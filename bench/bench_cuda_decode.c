@@ -12,7 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <cuda_runtime_api.h>
+
 #include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
 #include "format/gguf.h"
 #include "model/model.h"
 #include "sample/sample.h"
@@ -54,6 +57,31 @@ typedef struct {
     char *name[MAX_SETTINGS], *old[MAX_SETTINGS];
     int n;
 } saved_env;
+
+/* Microseconds of one top-k (k best of n random values) on the device, the mean of 100 back to back. */
+static double top_k_us(int n, int k) {
+    float *h = malloc(sizeof(float) * (size_t)n), *d = NULL, *out_v = NULL, ms = 0;
+    int32_t *out_id = NULL;
+    void *scratch = NULL;
+    cudaEvent_t e0, e1;
+    for (int i = 0; i < n; i++) h[i] = (float)rand() / (float)RAND_MAX;
+    cudaMalloc((void **)&d, sizeof(float) * (size_t)n);
+    cudaMalloc((void **)&out_v, sizeof(float) * (size_t)k);
+    cudaMalloc((void **)&out_id, sizeof(int32_t) * (size_t)k);
+    cudaMalloc(&scratch, kiln_cuda_top_k_scratch_bytes(n, 1, k));
+    cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    kiln_cuda_top_k(d, n, 1, k, scratch, out_v, out_id, 0);
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < 100; i++) kiln_cuda_top_k(d, n, 1, k, scratch, out_v, out_id, 0);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaFree(d), cudaFree(out_v), cudaFree(out_id), cudaFree(scratch);
+    free(h);
+    return ms * 10.0;
+}
 
 /* tok/s of n_gen steps from position 0 with the default sampler (seeded): each step's whole row copied to the host
  * and sampled there, or its best logits ranked on the device (kiln_cuda_eval_best) and sampled from: the engine's
@@ -187,6 +215,12 @@ int main(int argc, char **argv) {
            "best 40 ranked on the device %.1f tok/s, same tokens: %s\n",
            n_gen, median(tg_row), median(tg_best), memcmp(by_row, by_best, sizeof(int32_t) * (size_t)n_gen) ? "no" : "yes");
     free(by_row), free(by_best);
+    double halving_40 = top_k_us(cfg.n_vocab, 40), halving_256 = top_k_us(cfg.n_vocab, 256);
+    setenv("KILN_CUDA_TOPK", "1", 1);
+    double full_40 = top_k_us(cfg.n_vocab, 40), full_256 = top_k_us(cfg.n_vocab, 256);
+    unsetenv("KILN_CUDA_TOPK");
+    printf("top-k on the device, %d logits: k 40 %.1f us, k 256 %.1f us (runs merged by halves); full sorts of each "
+           "tile (KILN_CUDA_TOPK=1) %.1f / %.1f us\n", cfg.n_vocab, halving_40, halving_256, full_40, full_256);
     /* the same greedy decode on contexts made under other settings, each alternating with the default context so
      * that drift of the machine touches both alike; a setting holds until the context's graph has been captured
      * (some are read at launch) */

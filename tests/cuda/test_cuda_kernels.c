@@ -668,6 +668,11 @@ static void test_top_k(void **state) {
     check_top_k(151936, KILN_CUDA_TOP_K_MAX);
     check_top_k_rows(151936, 3, 40);
     check_top_k_rows(5000, 7, 1);
+    setenv("KILN_CUDA_TOPK", "1", 1); /* the full sort of each tile */
+    check_top_k(151936, 40);
+    check_top_k(2048, 256);
+    check_top_k_rows(5000, 7, 3);
+    unsetenv("KILN_CUDA_TOPK");
 }
 
 #define TYPE_TEST(t) cmocka_unit_test_prestate(test_type, (void *)(intptr_t)(t))
