@@ -56,6 +56,7 @@ struct kiln_cuda_context {
     unsigned fuse;           /* FUSE_* bits: decode work done in the kernel before it (see residual_matmul) */
     int attn_chunk;          /* KILN_CUDA_DECODE_CHUNK: positions a decode slice at least (0: each form's default) */
     int attn_warps;          /* KILN_CUDA_ATTN_WARPS: warps a block of the one-launch attention (0: its default) */
+    unsigned skip;           /* KILN_CUDA_SKIP: decode-step launches left out, for pricing them (SKIP_* bits) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
     /* the decode step, [0] leaving logits, [1] greedy (argmax fed back, position advanced), captured per span */
     cudaGraphExec_t graph[2][MAX_SPANS];
@@ -139,6 +140,26 @@ static kiln_cuda_rope_args rope_args(const kiln_cuda_context *c) {
                                  c->cm->rope_freq};
 }
 
+/* KILN_CUDA_SKIP=op+op+...: a timing tool. The decode step (one token) leaves those launches out, so a bench of
+ * the step against the full one prices each kernel inside the replayed graph, where launches overlap and ncu's
+ * per-kernel times do not apply (docs/cuda.md, session 14). The logits are then wrong: never for generation. */
+enum { SKIP_NORM = 1, SKIP_ROPE = 2, SKIP_ATTENTION = 4, SKIP_QUANTIZE = 8, SKIP_QKV = 16, SKIP_WO = 32,
+       SKIP_GATE_UP = 64, SKIP_DOWN = 128 };
+
+static unsigned skip_ops(const char *list) {
+    static const struct { const char *name; unsigned bit; } ops[] = {
+        {"norm", SKIP_NORM}, {"rope", SKIP_ROPE}, {"attention", SKIP_ATTENTION}, {"quantize", SKIP_QUANTIZE},
+        {"qkv", SKIP_QKV}, {"wo", SKIP_WO}, {"gate_up", SKIP_GATE_UP}, {"down", SKIP_DOWN}};
+    unsigned bits = 0;
+    for (const char *p = list; p && *p; p += strcspn(p, "+") + (p[strcspn(p, "+")] == '+')) {
+        size_t len = strcspn(p, "+");
+        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+            if (strlen(ops[i].name) == len && !strncmp(p, ops[i].name, len)) bits |= ops[i].bit;
+    }
+    if (bits) fprintf(stderr, "kiln: KILN_CUDA_SKIP=%s: decode steps leave launches out (timing only)\n", list);
+    return bits;
+}
+
 static int env_int(const char *name, int fallback) {
     const char *e = getenv(name);
     return e && *e ? atoi(e) : fallback;
@@ -218,6 +239,7 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     c->fuse = c->debug ? 0 : fuse ? (unsigned)strtoul(fuse, NULL, 0) : FUSE_DEFAULT;
     c->attn_chunk = env_int("KILN_CUDA_DECODE_CHUNK", 0);
     c->attn_warps = env_int("KILN_CUDA_ATTN_WARPS", 0);
+    c->skip = skip_ops(getenv("KILN_CUDA_SKIP"));
     if (c->attn_warps != 4 && c->attn_warps != 8 && c->attn_warps != 16) c->attn_warps = 0;
     *out = c;
     return 0;
@@ -363,17 +385,19 @@ static int split_chunk(int span) {
     return chunk < 16 ? 16 : chunk > 64 ? 64 : chunk;
 }
 
+static bool skipped(const kiln_cuda_context *c, int T, unsigned op) { return T == 1 && (c->skip & op); }
+
 static int attention_block(kiln_cuda_context *c, int l, int T) {
     const kiln_config *cfg = &c->cm->cfg;
     const kiln_cuda_layer *L = &c->cm->layers[l];
     /* the norm quantizes h for the Q/K/V GEMVs when one token runs and the weights are quantized */
     void *hq = quantized_input(c, &L->wq, T);
-    if (!c->normed) {
+    if (!c->normed && !skipped(c, T, SKIP_NORM)) {
         MARK(c, KILN_OP_NORM, l, 0);
         kiln_cuda_rmsnorm(c->x, NULL, L->attn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
     }
     MARK(c, KILN_OP_QKV, l, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
-    if (qkv(c, L, hq, T)) return -1;
+    if (!skipped(c, T, SKIP_QKV) && qkv(c, L, hq, T)) return -1;
     size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
     void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
     kiln_cuda_rope_args ra = rope_args(c);
@@ -393,34 +417,46 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
         if (kiln_cuda_attention_decode(&aa, &da, c->d_pos, c->part, c->counters, c->stream)) return -1;
     } else {
         MARK(c, KILN_OP_ROPE, l, 0);
-        kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
+        if (!skipped(c, T, SKIP_ROPE))
+            kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
         MARK(c, KILN_OP_ATTENTION, l, 0);
-        if (kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, attn_q, c->stream)) return -1;
+        if (!skipped(c, T, SKIP_ATTENTION) &&
+            kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, attn_q, c->stream))
+            return -1;
     }
     MARK(c, KILN_OP_WO, l, mbytes(&L->wo));
+    if (skipped(c, T, SKIP_WO)) return 0;
     return residual_matmul(c, &L->wo, c->attn, attn_q, T, L->ffn_norm, &L->gate);
+}
+
+/* ff = SwiGLU(gate h, up h): one launch for one token when the two matrices match. */
+static int gate_up(kiln_cuda_context *c, const kiln_cuda_layer *L, const void *hq, int T) {
+    if (T == 1 && L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes)
+        return kiln_cuda_gemv_swiglu(&L->gate, &L->up, hq, c->h, c->ff, c->stream);
+    if (matmul(c, &L->gate, c->h, hq, T, c->ff, false) || matmul(c, &L->up, c->h, hq, T, c->ff2, false)) return -1;
+    kiln_cuda_swiglu(c->ff, c->ff2, c->ff, (int64_t)T * c->cm->cfg.n_ff, c->stream);
+    return 0;
 }
 
 static int ffn_block(kiln_cuda_context *c, int l, int T) {
     const kiln_config *cfg = &c->cm->cfg;
     const kiln_cuda_layer *L = &c->cm->layers[l];
     void *hq = quantized_input(c, &L->gate, T);
-    if (!c->normed) {
+    if (!c->normed && !skipped(c, T, SKIP_NORM)) {
         MARK(c, KILN_OP_NORM, l, 0);
         kiln_cuda_rmsnorm(c->x, NULL, L->ffn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
     }
     MARK(c, KILN_OP_GATE_UP, l, mbytes(&L->gate) + mbytes(&L->up));
-    bool fused = T == 1 && L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes;
-    if (fused) {
-        if (kiln_cuda_gemv_swiglu(&L->gate, &L->up, hq, c->h, c->ff, c->stream)) return -1;
-    } else {
-        if (matmul(c, &L->gate, c->h, hq, T, c->ff, false) || matmul(c, &L->up, c->h, hq, T, c->ff2, false))
-            return -1;
-        kiln_cuda_swiglu(c->ff, c->ff2, c->ff, (int64_t)T * cfg->n_ff, c->stream);
-    }
+    if (!skipped(c, T, SKIP_GATE_UP) && gate_up(c, L, hq, T)) return -1;
     MARK(c, KILN_OP_DOWN, l, mbytes(&L->down));
     bool last = l + 1 == cfg->n_layer;
     const kiln_cuda_model *cm = c->cm;
+    if (skipped(c, T, SKIP_DOWN)) {
+        if (!skipped(c, T, SKIP_QUANTIZE)) kiln_cuda_quantize_q8_1(c->ff, c->act_q, L->down.k, 1, c->stream);
+        return 0;
+    }
+    if (skipped(c, T, SKIP_QUANTIZE)) /* the down projection reads whatever Q8_1 act_q holds */
+        return kiln_cuda_gemv(&L->down, c->act_q, c->ff, c->x, true, c->stream);
     return residual_matmul(c, &L->down, c->ff, NULL, T, last ? cm->output_norm : cm->layers[l + 1].attn_norm,
                            last ? &cm->output : &cm->layers[l + 1].wq);
 }
