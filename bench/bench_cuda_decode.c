@@ -213,7 +213,8 @@ int main(int argc, char **argv) {
     }
     printf("tg%d sampled (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05): the row to the host %.1f tok/s, the "
            "best 40 ranked on the device %.1f tok/s, same tokens: %s\n",
-           n_gen, median(tg_row), median(tg_best), memcmp(by_row, by_best, sizeof(int32_t) * (size_t)n_gen) ? "no" : "yes");
+           n_gen, median(tg_row), median(tg_best),
+           memcmp(by_row, by_best, sizeof(int32_t) * (size_t)n_gen) ? "no" : "yes");
     free(by_row), free(by_best);
     double halving_40 = top_k_us(cfg.n_vocab, 40), halving_256 = top_k_us(cfg.n_vocab, 256);
     setenv("KILN_CUDA_TOPK", "1", 1);

@@ -598,11 +598,13 @@ int kiln_cuda_eval_best(kiln_cuda_context *c, const int32_t *tokens, int n, int 
                         float *logits, const int32_t *window, int n_window, float *window_logits, kiln_error *err) {
     int n_vocab = c->cm->cfg.n_vocab;
     if (k < 1 || k > KILN_CUDA_TOP_K_MAX || k > n_vocab)
-        return kiln_fail(err, "%d best logits asked for: 1 to %d of a vocabulary of %d", k, KILN_CUDA_TOP_K_MAX, n_vocab);
+        return kiln_fail(err, "%d best logits asked for: 1 to %d of a vocabulary of %d", k, KILN_CUDA_TOP_K_MAX,
+                         n_vocab);
     if (n_window < 0 || n_window > KILN_CUDA_TOP_K_MAX)
         return kiln_fail(err, "%d window logits asked for: at most %d", n_window, KILN_CUDA_TOP_K_MAX);
     for (int i = 0; i < n_window; i++)
-        if (window[i] < 0 || window[i] >= n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", window[i]);
+        if (window[i] < 0 || window[i] >= n_vocab)
+            return kiln_fail(err, "token id %d is outside the vocabulary", window[i]);
     if (run_tokens(c, tokens, n, pos, false, err)) return -1;
     const int K = KILN_CUDA_TOP_K_MAX;
     int32_t *d = c->d_best, *h = c->h_best;

@@ -77,7 +77,8 @@ static cudaError_t alloc_buffers(kiln_cuda_batch *b) {
         if (e != cudaSuccess) return e;
     }
     cudaError_t e = cudaHostAlloc((void **)&b->h_io, sizeof(int32_t) * b->io_len, cudaHostAllocDefault);
-    if (e == cudaSuccess) e = cudaHostAlloc((void **)&b->h_best, sizeof(int32_t) * BATCH_BEST_INTS(b), cudaHostAllocDefault);
+    if (e == cudaSuccess)
+        e = cudaHostAlloc((void **)&b->h_best, sizeof(int32_t) * BATCH_BEST_INTS(b), cudaHostAllocDefault);
     if (e == cudaSuccess && !(b->window_at = malloc(sizeof(int) * (size_t)b->max_seqs))) e = cudaErrorMemoryAllocation;
     if (e != cudaSuccess) return e;
     return cudaHostAlloc((void **)&b->h_logits, sizeof(float) * (size_t)b->max_seqs * cfg->n_vocab,
@@ -264,8 +265,10 @@ static int queue_best(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs,
     for (int s = 0; s < n_seqs; s++) {
         const kiln_cuda_seq *q = &seqs[s];
         if (!q->logits) continue;
-        if (q->best < 0 || q->best > K || q->best > n_vocab || q->n_window < 0 || q->n_window > K || (!q->best && q->n_window))
-            return kiln_fail(err, "sequence %d: %d best logits and a window of %d (at most %d)", s, q->best, q->n_window, K);
+        if (q->best < 0 || q->best > K || q->best > n_vocab || q->n_window < 0 || q->n_window > K ||
+            (!q->best && q->n_window))
+            return kiln_fail(err, "sequence %d: %d best logits and a window of %d (at most %d)", s, q->best,
+                             q->n_window, K);
         if (q->best > b->step_best) b->step_best = q->best;
         b->window_at[r] = n_win;
         for (int i = 0; i < q->n_window; i++) {

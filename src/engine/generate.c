@@ -52,7 +52,8 @@ static int run(kiln_gen *g, kiln_context *c, const int32_t *prompt, int n_prompt
     while ((rc = chosen >= 0 ? kiln_gen_take(g, chosen, NULL, c->n_past, &tok, err)
                              : kiln_gen_next(g, c->logits, c->n_past, &tok, err)) == 0) {
         chosen = -1;
-        int r = device_greedy ? kiln_ctx_decode_greedy(c, tok, &chosen, err) : sample_best_on_device(g, c, tok, &chosen, err);
+        int r = device_greedy ? kiln_ctx_decode_greedy(c, tok, &chosen, err)
+                              : sample_best_on_device(g, c, tok, &chosen, err);
         if (r == 1) r = kiln_ctx_eval(c, &tok, 1, c->n_past, NULL, false, err);
         if (r) return -1;
     }

@@ -80,9 +80,9 @@ while [ $# -gt 0 ]; do
             run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_batch" ;;
     price) # each small kernel and GEMV of a decode step priced inside the replayed graph: tg with it left out
         shift; while [ $# -gt 0 ] && [ -e "$1" ]; do
-            run "$bin/bench_cuda_decode" "$1" 16 128 KILN_CUDA_SKIP=norm KILN_CUDA_SKIP=rope KILN_CUDA_SKIP=attention \
-                KILN_CUDA_SKIP=quantize KILN_CUDA_SKIP=norm+rope+attention+quantize KILN_CUDA_SKIP=qkv KILN_CUDA_SKIP=wo \
-                KILN_CUDA_SKIP=gate_up KILN_CUDA_SKIP=down; shift
+            run "$bin/bench_cuda_decode" "$1" 16 128 KILN_CUDA_SKIP=norm KILN_CUDA_SKIP=rope \
+                KILN_CUDA_SKIP=attention KILN_CUDA_SKIP=quantize KILN_CUDA_SKIP=norm+rope+attention+quantize \
+                KILN_CUDA_SKIP=qkv KILN_CUDA_SKIP=wo KILN_CUDA_SKIP=gate_up KILN_CUDA_SKIP=down; shift
         done; continue ;;
     batch-bench) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_batch" "$1"; shift; done; continue ;;
     *) echo "unknown stage $1"; status=1 ;;

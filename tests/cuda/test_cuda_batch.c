@@ -1,7 +1,8 @@
 /* The batched GPU step on whole models. kiln_cuda_forward_batch: three sequences joining at different steps (prompt
  * chunks beside decode tokens, shuffled block tables) give the logits of the single-sequence GPU path
  * (kiln_cuda_eval, one token at a time) within a bound, and one sequence run alone gives the same bits as among
- * the others, and a step asking for a sequence's best logits gets that row's ranking. The scheduler on the GPU: a greedy request gives the same tokens alone and with others running, also
+ * the others, and a step asking for a sequence's best logits gets that row's ranking. The scheduler on the GPU: a
+ * greedy or seeded sampled request gives the same tokens alone and with others running, also
  * when its prompt start comes from the prefix cache.
  * Models: KILN_CUDA_TEST_MODELS (random-weight GGUFs, tests/cuda/make_model.py) for the forward, and
  * KILN_CUDA_SCHED_MODEL (one with a tokenizer: kiln synth --vocab-from) for the scheduler; each part skips without

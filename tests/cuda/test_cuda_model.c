@@ -278,7 +278,8 @@ static void test_best_logits(void **state) {
     open_both(path, N_CTX, 8, &m);
     kiln_error err = {{0}};
     int nv = m.cfg.n_vocab, k = 40;
-    int32_t tokens[N_PROMPT], ids[KILN_CUDA_TOP_K_MAX], window[3] = {0, nv - 1, 7 % nv}, *order = malloc(sizeof(int32_t) * nv);
+    int32_t tokens[N_PROMPT], ids[KILN_CUDA_TOP_K_MAX], window[3] = {0, nv - 1, 7 % nv};
+    int32_t *order = malloc(sizeof(int32_t) * nv);
     float logits[KILN_CUDA_TOP_K_MAX], wl[3];
     for (int i = 0; i < N_PROMPT; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (nv - 1));
     if (kiln_cuda_eval(m.ctx, tokens, N_PROMPT - 1, 0, NULL, &err) ||
@@ -291,7 +292,8 @@ static void test_best_logits(void **state) {
         assert_true(logits[i] == m.gpu[order[i]]);
     }
     for (int i = 0; i < 3; i++) assert_true(wl[i] == m.gpu[window[i]]);
-    assert_int_equal(kiln_cuda_eval_best(m.ctx, tokens, 1, 0, KILN_CUDA_TOP_K_MAX + 1, ids, logits, NULL, 0, wl, &err), -1);
+    assert_int_equal(kiln_cuda_eval_best(m.ctx, tokens, 1, 0, KILN_CUDA_TOP_K_MAX + 1, ids, logits, NULL, 0, wl, &err),
+                     -1);
     free(order);
     close_both(&m);
 }
