@@ -175,14 +175,19 @@ static bool check_model(const char *path) {
     return ok;
 }
 
-/* KILN_GPU_DEBUG=1 on the first model: a prompt, decode steps and greedy steps, every op within its bound. */
-static void test_debug(void **state) {
+/* The first model of KILN_CUDA_TEST_MODELS into path; skips the test without a GPU or a model. */
+static void first_test_model(char *path, size_t size) {
     if (!gpu_present()) skip();
     const char *list = getenv("KILN_CUDA_TEST_MODELS");
     if (!list || !*list) skip();
-    char path[4096];
-    snprintf(path, sizeof path, "%s", list);
+    snprintf(path, size, "%s", list);
     strtok(path, " ");
+}
+
+/* KILN_GPU_DEBUG=1 on the first model: a prompt, decode steps and greedy steps, every op within its bound. */
+static void test_debug(void **state) {
+    char path[4096];
+    first_test_model(path, sizeof path);
     kiln_error err = {{0}};
     kiln_gguf *g = NULL;
     kiln_config cfg;
@@ -268,12 +273,8 @@ static void test_models(void **state) {
  * copied back (kiln_cuda_eval), once ranked on the device: the k best are the row's k best by the sampler's order,
  * with their logits, and the window's logits are the row's. */
 static void test_best_logits(void **state) {
-    if (!gpu_present()) skip();
-    const char *list = getenv("KILN_CUDA_TEST_MODELS");
-    if (!list || !*list) skip();
     char path[4096];
-    snprintf(path, sizeof path, "%s", list);
-    strtok(path, " ");
+    first_test_model(path, sizeof path);
     both_sides m;
     open_both(path, N_CTX, 8, &m);
     kiln_error err = {{0}};
