@@ -41,6 +41,18 @@ __device__ __forceinline__ float block_sum(float v) {
     return warp_sum(v);
 }
 
+/* Maximum over a block, as block_sum. */
+__device__ __forceinline__ float block_max(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? partial[lane] : -INFINITY;
+    return warp_max(v);
+}
+
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* A barrier of the block's first WARPS warps (named barrier 1), or of the whole block (WARPS 0). Where a block has

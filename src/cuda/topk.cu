@@ -2,10 +2,15 @@
  * PCIe, then a pass over all of them on the host), the sampler gets k (id, logit) pairs. Ranked by logit, then by the
  * lower id, the order the host sampler ranks in, so the set at the cut is the same when logits tie.
  *
- * A block orders a tile of TOPK_TILE values in shared memory (bitonic networks) and keeps its best k; the kept ones
- * of all tiles are tiles again for the next pass, until one tile is left. 152k logits and k = 40 take three passes.
- * Two ways to order a tile, both measured by bench_cuda_decode: a full sort, and runs of k sorted then merged in
- * pairs that keep the better half (the default). */
+ * The default (a threshold, four launches): the row is cut into g >= 2k chunks and each chunk's maximum taken; the
+ * k-th largest of those maxima, T, is at most the row's k-th largest value (k distinct values reach it), so the k
+ * best are among the values >= T, of which random-like rows hold about -g ln(1 - k/g) (~1.4k at g = 2k); those are
+ * gathered and one block sorts them. Where ties make more than a tile of them (a row of equal values), that block
+ * streams the row instead, keeping its best after each tile: slow, but exact.
+ * The one before it, kept for comparison (KILN_CUDA_TOPK=2): a block orders a tile of TOPK_TILE values in shared
+ * memory and keeps its best k, runs of k sorted then merged in pairs that keep the better half; the kept ones of all
+ * tiles are tiles again for the next pass, until one tile is left (152k logits and k = 40: three passes).
+ * bench_cuda_decode times both. */
 #include <limits.h>
 
 #include "cuda/cuda_backend.h"
@@ -14,6 +19,9 @@
 
 #define TOPK_THREADS 1024
 #define TOPK_TILE (2 * TOPK_THREADS)
+#define TOPK_SCAN_THREADS 256 /* a chunk's block (maxima, filter) */
+#define TOPK_MAX_CHUNKS 512   /* 2 * KILN_CUDA_TOP_K_MAX */
+static_assert(TOPK_MAX_CHUNKS >= 2 * KILN_CUDA_TOP_K_MAX, "a row's chunks: at least 2k");
 
 /* a ranks before b */
 __device__ __forceinline__ bool ranks_before(float av, int32_t ai, float bv, int32_t bi) {
@@ -96,35 +104,190 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     store_best(sv, si, k, out_v, out_id, out_n);
 }
 
-/* The tile (load_tile) sorted best first, all of it; its k best out (store_best). */
+/* The first `size` values of the shared tile (a power of two, at most TOPK_TILE) sorted best first: a bitonic
+ * network, each step a thread ordering one pair (i, i + stride); runs of `size` alternate direction, so the whole
+ * ends best first. */
+__device__ __forceinline__ void sort_tile(float *sv, int32_t *si, int size) {
+    for (int run = 2; run <= size; run <<= 1)
+        for (int stride = run >> 1; stride > 0; stride >>= 1) {
+            __syncthreads();
+            for (int t = threadIdx.x; t < size / 2; t += blockDim.x) {
+                int i = pair_at(t, stride);
+                order_pair(sv, si, i, i + stride, (i & run) == 0);
+            }
+        }
+    __syncthreads();
+}
+
+/* Chunk blockIdx.x of row blockIdx.y: its maximum into maxima (rows g apart). */
+__global__ void __launch_bounds__(TOPK_SCAN_THREADS)
+    chunk_max_kernel(const float *v, int n, int chunk, float *maxima, int g) {
+    pdl_wait_and_release();
+    v += (int64_t)blockIdx.y * n;
+    int lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    float m = -INFINITY;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) m = fmaxf(m, v[i]);
+    m = block_max(m);
+    if (threadIdx.x == 0) maxima[(int64_t)blockIdx.y * g + blockIdx.x] = m;
+}
+
+/* Row blockIdx.x's threshold: the k-th largest of its g chunk maxima (g <= blockDim.x), found by counting, for each
+ * maximum, those above it and those at least it; its candidate count set to zero. */
+__global__ void __launch_bounds__(TOPK_MAX_CHUNKS)
+    threshold_kernel(const float *maxima, int g, int k, float *threshold, int *count) {
+    __shared__ float sm[TOPK_MAX_CHUNKS];
+    pdl_wait_and_release();
+    int t = threadIdx.x, row = blockIdx.x;
+    float mine = t < g ? maxima[(int64_t)row * g + t] : -INFINITY;
+    sm[t] = mine;
+    __syncthreads();
+    if (t < g) {
+        int above = 0, at_least = 0;
+        for (int j = 0; j < g; j++) {
+            float o = sm[j];
+            above += o > mine;
+            at_least += o >= mine;
+        }
+        if (above < k && at_least >= k) threshold[row] = mine; /* every thread holding that value: the same store */
+    }
+    if (t == 0) count[row] = 0;
+}
+
+/* Chunk blockIdx.x of row blockIdx.y: its values >= the row's threshold appended to the row's candidates (up to
+ * TOPK_TILE of them; the count goes on past that, telling select_kernel to stream the row instead). */
+__global__ void __launch_bounds__(TOPK_SCAN_THREADS)
+    chunk_filter_kernel(const float *v, int n, int chunk, const float *threshold, int *count, float *cand_v,
+                        int32_t *cand_id) {
+    pdl_wait_and_release();
+    int row = blockIdx.y;
+    v += (int64_t)row * n;
+    float th = threshold[row];
+    int lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float x = v[i];
+        if (x >= th) {
+            int at = atomicAdd(count + row, 1);
+            if (at < TOPK_TILE) cand_v[(int64_t)row * TOPK_TILE + at] = x, cand_id[(int64_t)row * TOPK_TILE + at] = i;
+        }
+    }
+}
+
+/* The shared tile from place `from` on set to the worst rank (-inf, the largest id). */
+__device__ __forceinline__ void clear_tile(float *sv, int32_t *si, int from) {
+    for (int i = from + threadIdx.x; i < TOPK_TILE; i += blockDim.x) sv[i] = -INFINITY, si[i] = INT_MAX;
+}
+
+/* Row blockIdx.x's values >= th streamed into the tile after its best `run`: each round of a block's width appends
+ * those of its values that qualify (in place order, by a block-wide count), after sorting the tile and keeping its
+ * best run whenever the round might not fit. Returns with the tile sorted. */
+__device__ void stream_row(const float *v, int n, float th, int run, float *sv, int32_t *si) {
+    __shared__ int warp_at[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5, filled = 0;
+    clear_tile(sv, si, 0);
+    for (int base = 0; base < n; base += blockDim.x) {
+        int i = base + threadIdx.x;
+        float x = i < n ? v[i] : -INFINITY;
+        bool q = i < n && x >= th;
+        unsigned votes = __ballot_sync(0xffffffffu, q);
+        __syncthreads(); /* warp_at of the round before has been read */
+        if (lane == 0) warp_at[warp] = __popc(votes);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int w = 0; w < n_warps; w++) before += w < warp ? warp_at[w] : 0, total += warp_at[w];
+        if (filled + total > TOPK_TILE) { /* uniform across the block */
+            sort_tile(sv, si, TOPK_TILE);
+            clear_tile(sv, si, run);
+            filled = run;
+            __syncthreads();
+        }
+        if (q) {
+            int at = filled + before + __popc(votes & ((1u << lane) - 1u));
+            sv[at] = x, si[at] = i;
+        }
+        filled += total;
+    }
+    sort_tile(sv, si, TOPK_TILE);
+}
+
+/* Row blockIdx.x's k best out (rows k apart): its candidates sorted (a tile of the next power of two), or, where
+ * more than a tile of them reached the threshold, the row streamed (stream_row). */
 __global__ void __launch_bounds__(TOPK_THREADS)
-    top_k_tile_kernel(const float *v, const int32_t *id, int n, int k, float *out_v, int32_t *out_id, int out_n) {
+    select_kernel(const float *v, int n, const float *threshold, const int *count, const float *cand_v,
+                  const int32_t *cand_id, int k, int run, float *out_v, int32_t *out_id) {
     __shared__ float sv[TOPK_TILE];
     __shared__ int32_t si[TOPK_TILE];
-    load_tile(v, id, n, sv, si);
-    /* bitonic: each step a thread orders one pair (i, i + stride); runs of `size` alternate direction, so the whole
-     * tile ends in the best-first direction */
-    for (int size = 2; size <= TOPK_TILE; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            __syncthreads();
-            int i = pair_at(threadIdx.x, stride);
-            order_pair(sv, si, i, i + stride, (i & size) == 0);
+    pdl_wait_and_release();
+    int row = blockIdx.x, c = count[row];
+    if (c <= TOPK_TILE) {
+        int size = 2;
+        while (size < c) size <<= 1;
+        for (int i = threadIdx.x; i < size; i += blockDim.x) {
+            bool in = i < c;
+            sv[i] = in ? cand_v[(int64_t)row * TOPK_TILE + i] : -INFINITY;
+            si[i] = in ? cand_id[(int64_t)row * TOPK_TILE + i] : INT_MAX;
         }
-    store_best(sv, si, k, out_v, out_id, out_n);
+        sort_tile(sv, si, size);
+    } else {
+        stream_row(v + (int64_t)row * n, n, threshold[row], run, sv, si);
+    }
+    for (int i = threadIdx.x; i < k; i += blockDim.x)
+        out_v[(int64_t)row * k + i] = sv[i], out_id[(int64_t)row * k + i] = si[i];
 }
 
 static int tiles(int n) { return div_up(n, TOPK_TILE); }
 
-/* KILN_CUDA_TOPK=1: the full sort of each tile (top_k_tile_kernel), for comparisons; else the halving one. Read at
- * each call (a few hundred ns against a decode step's tens of us), so a bench can switch in one process. */
+/* The threshold's chunks of a row: at least 2k and 256 (more chunks, fewer values reach the threshold), at most n;
+ * *chunk values each. */
+static int chunks(int n, int k, int *chunk) {
+    int g = 2 * k > 256 ? 2 * k : 256;
+    if (g > n) g = n;
+    *chunk = div_up(n, g);
+    return div_up(n, *chunk);
+}
+
+/* KILN_CUDA_TOPK=2: the tiles reduced by halving, for comparisons; else the threshold. Read at each call (a few
+ * hundred ns against a decode step's tens of us), so a bench can switch in one process. */
 static int top_k_version() {
     const char *e = getenv("KILN_CUDA_TOPK");
-    return e && *e ? atoi(e) : 2;
+    return e && *e ? atoi(e) : 3;
+}
+
+/* The threshold's scratch: per row the chunk maxima, the threshold, the candidates' count and the candidates. */
+struct threshold_scratch {
+    float *maxima, *threshold, *cand_v;
+    int *count;
+    int32_t *cand_id;
+};
+
+static threshold_scratch threshold_parts(void *scratch, int rows) {
+    threshold_scratch t;
+    t.maxima = (float *)scratch;
+    t.threshold = t.maxima + (size_t)rows * TOPK_MAX_CHUNKS;
+    t.count = (int *)(t.threshold + rows);
+    t.cand_v = (float *)(t.count + rows);
+    t.cand_id = (int32_t *)(t.cand_v + (size_t)rows * TOPK_TILE);
+    return t;
+}
+
+static size_t threshold_bytes(int rows) { return (size_t)rows * (TOPK_MAX_CHUNKS + 2 + 2 * TOPK_TILE) * 4; }
+
+static int top_k_threshold(const float *v, int n, int rows, int k, int run, void *scratch, float *out_v,
+                           int32_t *out_id, cudaStream_t stream) {
+    threshold_scratch t = threshold_parts(scratch, rows);
+    int chunk, g = chunks(n, k, &chunk);
+    launch_pdl(chunk_max_kernel, dim3(g, rows), TOPK_SCAN_THREADS, stream, v, n, chunk, t.maxima, g);
+    launch_pdl(threshold_kernel, rows, TOPK_MAX_CHUNKS, stream, (const float *)t.maxima, g, k, t.threshold, t.count);
+    launch_pdl(chunk_filter_kernel, dim3(g, rows), TOPK_SCAN_THREADS, stream, v, n, chunk,
+               (const float *)t.threshold, t.count, t.cand_v, t.cand_id);
+    launch_pdl(select_kernel, rows, TOPK_THREADS, stream, v, n, (const float *)t.threshold, (const int *)t.count,
+               (const float *)t.cand_v, (const int32_t *)t.cand_id, k, run, out_v, out_id);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
 extern "C" size_t kiln_cuda_top_k_scratch_bytes(int n, int rows, int k) {
-    /* two ping-pong arrays of (value, id) for the first pass's tiles' k best each, per row */
-    return 2 * (size_t)rows * (size_t)tiles(n) * (size_t)k * (sizeof(float) + sizeof(int32_t));
+    /* the halving's two ping-pong arrays of (value, id) for the first pass's tiles' k best each, per row */
+    size_t halving = 2 * (size_t)rows * (size_t)tiles(n) * (size_t)k * (sizeof(float) + sizeof(int32_t));
+    return halving > threshold_bytes(rows) ? halving : threshold_bytes(rows);
 }
 
 extern "C" int kiln_cuda_top_k(const float *v, int n, int rows, int k, void *scratch, float *out_v, int32_t *out_id,
@@ -132,6 +295,7 @@ extern "C" int kiln_cuda_top_k(const float *v, int n, int rows, int k, void *scr
     if (k < 1 || k > KILN_CUDA_TOP_K_MAX || k > n || rows < 1 || rows > 65535) return -1;
     int run = 2;
     while (run < k) run <<= 1;
+    if (top_k_version() != 2) return top_k_threshold(v, n, rows, k, run, scratch, out_v, out_id, stream);
     size_t half = (size_t)rows * (size_t)tiles(n) * (size_t)k;
     float *sv[2] = {(float *)scratch, (float *)scratch + half};
     int32_t *si[2] = {(int32_t *)(sv[1] + half), (int32_t *)(sv[1] + half) + half};
@@ -143,11 +307,8 @@ extern "C" int kiln_cuda_top_k(const float *v, int n, int rows, int k, void *scr
         float *ov = last ? out_v : sv[pass & 1];
         int32_t *oi = last ? out_id : si[pass & 1];
         int out_n = last ? k : blocks * k;
-        if (top_k_version() == 1)
-            top_k_tile_kernel<<<dim3(blocks, rows), TOPK_THREADS, 0, stream>>>(in_v, in_id, n, k, ov, oi, out_n);
-        else
-            top_k_tile_halving_kernel<<<dim3(blocks, rows), TOPK_THREADS, 0, stream>>>(in_v, in_id, n, k, ov, oi,
-                                                                                       out_n, run);
+        top_k_tile_halving_kernel<<<dim3(blocks, rows), TOPK_THREADS, 0, stream>>>(in_v, in_id, n, k, ov, oi, out_n,
+                                                                                   run);
         if (last) return cudaGetLastError() == cudaSuccess ? 0 : -1;
         in_v = ov, in_id = oi, n = out_n;
     }

@@ -601,12 +601,13 @@ static void test_argmax(void **state) {
     check_argmax(151936);
 }
 
-/* The device's k best against a sort on the host: the same ids in the same order, on values drawn from a coarse grid
- * (ties at the cut) with a run of -inf, over one to three passes; and the window gather. */
-static void check_top_k(int n, int k) {
+/* The device's k best against a sort on the host: the same ids in the same order, on values drawn from a grid of
+ * `levels` steps (ties at the cut; a coarse grid gives more values at the threshold than a tile holds, so the row is
+ * streamed) with a run of -inf; and the window gather. */
+static void check_top_k_levels(int n, int k, int levels) {
     float *x = malloc(sizeof(float) * n), *got_v = malloc(sizeof(float) * k);
     int32_t *order = malloc(sizeof(int32_t) * n), *got_id = malloc(sizeof(int32_t) * k);
-    for (int i = 0; i < n; i++) x[i] = (float)(int)(rng_uniform() * 64.0f) / 4.0f;
+    for (int i = 0; i < n; i++) x[i] = (float)(int)(rng_uniform() * (float)levels) / 4.0f;
     for (int i = n / 3; i < n / 3 + n / 10; i++) x[i] = -INFINITY;
     rank_order(x, n, order);
     float *dx = gpu_upload(x, sizeof(float) * n), *dv = gpu_alloc(sizeof(float) * k);
@@ -633,11 +634,14 @@ static void check_top_k(int n, int k) {
     gpu_free_all();
 }
 
-/* Several rows in one call (the batched step's sequences): each row's k best, rows k apart. */
+static void check_top_k(int n, int k) { check_top_k_levels(n, k, 64); }
+
+/* Several rows in one call (the batched step's sequences): each row's k best, rows k apart; rows of a coarse grid
+ * (streamed, see check_top_k_levels) and of a fine one alternate. */
 static void check_top_k_rows(int n, int rows, int k) {
     float *x = malloc(sizeof(float) * n * rows), *got_v = malloc(sizeof(float) * k * rows);
     int32_t *order = malloc(sizeof(int32_t) * n), *got_id = malloc(sizeof(int32_t) * k * rows);
-    for (int i = 0; i < n * rows; i++) x[i] = (float)(int)(rng_uniform() * 64.0f) / 4.0f;
+    for (int i = 0; i < n * rows; i++) x[i] = (float)(int)(rng_uniform() * (i / n % 2 ? 65536.0f : 64.0f)) / 4.0f;
     float *dx = gpu_upload(x, sizeof(float) * n * rows), *dv = gpu_alloc(sizeof(float) * k * rows);
     int32_t *did = gpu_alloc(sizeof(int32_t) * k * rows);
     void *scratch = gpu_alloc(kiln_cuda_top_k_scratch_bytes(n, rows, k));
@@ -668,9 +672,15 @@ static void test_top_k(void **state) {
     check_top_k(151936, KILN_CUDA_TOP_K_MAX);
     check_top_k_rows(151936, 3, 40);
     check_top_k_rows(5000, 7, 1);
-    setenv("KILN_CUDA_TOPK", "1", 1); /* the full sort of each tile */
+    /* a fine grid: the candidates at the threshold fit a tile (the usual case), a few ties among them */
+    check_top_k_levels(151936, 40, 1 << 16);
+    check_top_k_levels(151936, KILN_CUDA_TOP_K_MAX, 1 << 16);
+    check_top_k_levels(128256, 1, 1 << 20);
+    check_top_k_levels(1000, 256, 1 << 16);
+    setenv("KILN_CUDA_TOPK", "2", 1); /* the tiles reduced by halving */
     check_top_k(151936, 40);
     check_top_k(2048, 256);
+    check_top_k_levels(151936, 40, 1 << 16);
     check_top_k_rows(5000, 7, 3);
     unsetenv("KILN_CUDA_TOPK");
 }
