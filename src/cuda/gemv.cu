@@ -7,25 +7,31 @@
 #include "cuda/q8_1.cuh"
 #include "cuda/quant_unpack.cuh"
 
-#define GEMV_ROWS_PER_BLOCK 4
+/* Rows (warps) a block. Eight, not four: a launch's cost between kernels grows with its block count (each block is
+ * scheduled and retired; H100, a chain of empty kernels under PDL: 1.52 us a kernel at 1056 blocks of 4 warps, 1.12
+ * at 528 of 8, about the same at 264 of 16), and the decode step's GEMVs are ~1000-block launches. Measured on H100
+ * (tg128, builds alternating in one call): llama3-8b 497.1 and 496.8 tok/s against 492.1 and 491.6 with four (+1.0%),
+ * qwen2-1.5b 1,339.1 and 1,338.2 against 1,313.0 and 1,310.8 (+2.0%). The occupancy budgets below keep their warps an
+ * SM (24 and 32); the measurements quoted with them were made with blocks of four rows (6 and 8 blocks an SM). */
+#define GEMV_ROWS_PER_BLOCK 8
 /* Blocks an SM must hold (__launch_bounds__), so at most 80 registers a thread. The budget matters for more than
  * occupancy: without one, the compiler kept registers few (Q4_K 46) by decoding each part as soon as its words
  * arrived, before issuing the next part's loads, so a batch's loads waited on each other again. At 80 all of a
  * batch's loads go out first. Measured on H100 (tg128, alternating): qwen2-1.5b 849 against 807-811 tok/s (+4.9%),
  * llama3-8b even (370.4 against 370.5); a budget of 128 for all but the norm's form (8 blocks, 64) gave 821 and 366. */
-#define GEMV_MIN_BLOCKS 6
+#define GEMV_MIN_BLOCKS 3
 /* Launches of long rows (128 parts, 4096 inputs, and more) that need more than one wave of GEMV_MIN_BLOCKS blocks an
- * SM take the two-part batch form built for 8 (64 registers; the K-quant forms keep their loads in flight without
- * spilling): on H100 llama3-8b's Q/K/V (1536 blocks against 792 a wave), output and down projections (1024) go
- * from 1.3-1.9 waves to 1-1.5, gate/up from 4.5 to 3.4. Measured on H100 (tg128, alternating in one run): llama3-8b
- * 431.6 and 431.8 tok/s against 413.3 for the build before (+4.4%); built for 7 blocks (72 registers) the same
- * launches gained 1.2% where 8 gained 5.5% (one run, each against a context of its size). On
- * qwen2-1.5b (rows of 1536; only gate/up, 2240 blocks, and the head pass one wave) the form lost 1.3% at first
- * (1076.7 against 1090.5 without it), and 2.3% used everywhere: with a part or two a lane, a warp's loads are all
- * out at once in either form, and the tighter budget cost; since Q4_K and Q6_K parts hold fewer registers it gains
- * there too (wide_launch).
+ * SM take the two-part batch form built for 32 warps an SM (64 registers; the K-quant forms keep their loads in
+ * flight without spilling): on H100 llama3-8b's Q/K/V (1536 four-row blocks against 792 a wave), output and down
+ * projections (1024) go from 1.3-1.9 waves to 1-1.5, gate/up from 4.5 to 3.4. Measured on H100 (tg128, alternating
+ * in one run): llama3-8b 431.6 and 431.8 tok/s against 413.3 for the build before (+4.4%); built for 28 warps (72
+ * registers) the same launches gained 1.2% where 32 gained 5.5% (one run, each against a context of its size). On
+ * qwen2-1.5b (rows of 1536; only gate/up, 2240 four-row blocks, and the head pass one wave) the form lost 1.3% at
+ * first (1076.7 against 1090.5 without it), and 2.3% used everywhere: with a part or two a lane, a warp's loads are
+ * all out at once in either form, and the tighter budget cost; since Q4_K and Q6_K parts hold fewer registers it
+ * gains there too (wide_launch).
  * KILN_CUDA_GEMV_WAVES=1 always and =0 never take it, for comparisons. */
-#define GEMV_WIDE_MIN_BLOCKS 8
+#define GEMV_WIDE_MIN_BLOCKS 4
 #define GEMV_PREFETCH_MB 4.0
 
 __global__ void quantize_q8_1_kernel(const float *x, int8_t *q, int64_t n_blocks) {
@@ -401,7 +407,7 @@ static int parts_per_batch(int n_parts, int split) {
 
 /* Whether a launch of `blocks` takes the form built for GEMV_WIDE_MIN_BLOCKS blocks an SM: more than one wave at
  * GEMV_MIN_BLOCKS (or as KILN_CUDA_GEMV_WAVES says; read at launch, like KILN_CUDA_GEMV_BATCH). Short rows past one
- * wave are qwen2-1.5b's head (151,936 rows of 48 parts, one batch a warp, 48 waves at 6 blocks an SM, 36 at 8): on
+ * wave are qwen2-1.5b's head (151,936 rows of 48 parts, one batch a warp, 48 waves at 24 warps an SM, 36 at 32): on
  * H100 its tg128 gained 0.7-0.9% in the wide form (1225.4 and 1228.1 tok/s against 1218.6 and 1217.3 for a control
  * context in the same runs); and its gate/up pair (2240 blocks of 48-part rows), which lost 1.3% in it while a
  * loaded Q4_K part held 12 registers, gained 0.9-1.0% once it held 8 (device blocks of their own, quant_unpack.cuh):
@@ -413,7 +419,7 @@ static bool wide_launch(int blocks) {
     return sms > 0 && blocks > GEMV_MIN_BLOCKS * sms;
 }
 
-/* Long rows past one wave: the two-part form for 8 blocks an SM (GEMV_WIDE_MIN_BLOCKS); else batch 4 where the
+/* Long rows past one wave: the two-part form for 32 warps an SM (GEMV_WIDE_MIN_BLOCKS); else batch 4 where the
  * form and format allow it (above), else 2. */
 template <class F, int TWO, int SPLIT, bool NORM>
 static void launch_batched(int batch, int blocks, int rows_per_block, int row_bytes, cudaStream_t stream,
@@ -483,9 +489,9 @@ static int deal_blocks(gemv_job &job, const kiln_cuda_matrix *const *ms, float *
 /* Whether a launch of one warp a row takes row pairs instead (GEMV_PAIR: rows r and r + n / 2 in one warp, which
  * reads each activation once for both and keeps two rows' loads in flight): where the rows pass one wave even in the
  * wide form and their pairs fit one wave of the plain form, so every warp is resident from the start and none waits
- * for a second wave. That is llama3-8b's Q/K/V (1536 blocks, 1.45 waves in the wide form, 768 of pairs). Measured
+ * for a second wave. That is llama3-8b's Q/K/V (6144 rows, 1.45 waves in the wide form, 3072 pairs). Measured
  * (tg128): on H200 against a context without pairs in the same run, llama3-8b +1.2% with Q/K/V in pairs, -2.2% with
- * the output and down projections (1024 blocks, one wave already) in pairs too, qwen2-1.5b (launches under one wave
+ * the output and down projections (4096 rows, one wave already) in pairs too, qwen2-1.5b (launches under one wave
  * or past two) -1.2 to -1.3% with pairs anywhere; on H100 against the build before, alternating, llama3-8b 489.8 and
  * 491.1 tok/s against 487.3 and 487.2 (+0.7%), qwen2-1.5b even. KILN_CUDA_GEMV_PAIR=1 takes pairs wherever the rows
  * allow, =0 never (read at launch, like KILN_CUDA_GEMV_WAVES). */
