@@ -2,7 +2,7 @@
 # Runs the CUDA tests and benchmarks on a GPU machine from binaries built elsewhere and copied into .devrun/
 # (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, py/: the gguf package; the three
 # may come packed as pkg.tar.xz; models/: test models, smollm2.gguf.vocab: the default model's tokenizer alone, a GGUF named so that the model test does not take it).
-# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [gemv] [attention] [ncu]
+# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [gemv] [attention] [launch] [ncu]
 #        [model] [synth] [kiln] [debug] [default] [decode MODEL...] [batch] [memcheck-batch] [batch-bench MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
 # at /root/kiln-m/a from an earlier call on the same machine and its rest in .devrun/models/default.b: too big for
@@ -28,6 +28,7 @@ while [ $# -gt 0 ]; do
     memcheck-model) export KILN_CUDA_TEST_MODELS="$devrun/models/tiny-qwen2-q4km.gguf"
         run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_model" ;;
     attention) run "$bin/bench_cuda_attention" ;;
+    launch) run "$bin/bench_cuda_launch" 256 ;;
     gemv) run "$bin/bench_cuda_gemv" 4096 14336; run "$bin/bench_cuda_gemv" 14336 4096 ;;
     ncu) # hardware counters of a Q4_K GEMV from the bench (the Q4_K one: 8 quantized runs of 68 calls come first)
         ncu --kernel-name regex:gemv_q_kernel --launch-skip 550 --launch-count 1 --section SpeedOfLight \
