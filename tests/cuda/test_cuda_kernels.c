@@ -331,10 +331,46 @@ static void check_rmsnorm(int n) {
     gpu_free_all();
 }
 
+/* One row without a residual (a decode step's norm) against a double reference; its Q8_1 the very bytes the quantize
+ * kernel makes of the normed row. */
+static void check_rmsnorm_row(int n) {
+    float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n);
+    float *qb = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    uint8_t *q = malloc(Q8_1_BYTES(n)), *q2 = malloc(Q8_1_BYTES(n));
+    rng_fill(x, n, 2.0f), rng_fill(w, n, 1.5f);
+    float *dx = gpu_upload(x, sizeof(float) * n), *dw = gpu_upload(w, sizeof(float) * n);
+    float *dout = gpu_alloc(sizeof(float) * n);
+    void *dq = gpu_alloc(Q8_1_BYTES(n)), *dq2 = gpu_alloc(Q8_1_BYTES(n));
+    kiln_cuda_rmsnorm(dx, NULL, dw, dout, dq, n, 1, 1e-5f, 0);
+    kiln_cuda_quantize_q8_1(dout, dq2, n, 1, 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(out, dout, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(q2, dq2, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++) ref[i] = x[i] / sqrt(ss / n + 1e-5) * w[i];
+    dequant_q8_1(q, n, qb);
+    assert_true(rel_err(out, ref, n) < 1e-5);
+    assert_true(rel_err(qb, ref, n) < 1e-2);
+    assert_memory_equal(q, q2, Q8_1_BYTES(n));
+    free(x), free(w), free(out), free(qb), free(ref), free(q), free(q2);
+    gpu_free_all();
+}
+
 static void test_rmsnorm(void **state) {
     SKIP_WITHOUT_GPU();
     static const int widths[] = {576, 1536, 4096, 5120, KILN_CUDA_NORM_MAX};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) check_rmsnorm(widths[i]);
+    static const int rows[] = {576, 1536, 3072, 4096, 5120, 8192};
+    /* one row over several blocks (the default), up to 8192 values; past that, and under KILN_CUDA_NORM_SPLIT=0,
+     * one block */
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) check_rmsnorm_row(rows[i]);
+    check_rmsnorm_row(KILN_CUDA_NORM_MAX);
+    setenv("KILN_CUDA_NORM_SPLIT", "0", 1);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) check_rmsnorm_row(rows[i]);
+    unsetenv("KILN_CUDA_NORM_SPLIT");
 }
 
 /* Rope with biases on q and k (and a bias on v), NeoX and normal pairing, a partial rope_dim, several tokens. */
