@@ -387,6 +387,13 @@ static int split_chunk(int span) {
 
 static bool skipped(const kiln_cuda_context *c, int T, unsigned op) { return T == 1 && (c->skip & op); }
 
+/* h = RMSNorm(x; g) for T rows, and its Q8_1 into hq when not NULL; one row over several blocks. */
+static void norm(kiln_cuda_context *c, const float *g, float *x, void *hq, int T) {
+    const kiln_config *cfg = &c->cm->cfg;
+    if (T == 1) kiln_cuda_rmsnorm_row(x, g, c->h, hq, cfg->n_embd, cfg->rms_eps, c->stream);
+    else kiln_cuda_rmsnorm(x, NULL, g, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
+}
+
 static int attention_block(kiln_cuda_context *c, int l, int T) {
     const kiln_config *cfg = &c->cm->cfg;
     const kiln_cuda_layer *L = &c->cm->layers[l];
@@ -394,7 +401,7 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     void *hq = quantized_input(c, &L->wq, T);
     if (!c->normed && !skipped(c, T, SKIP_NORM)) {
         MARK(c, KILN_OP_NORM, l, 0);
-        kiln_cuda_rmsnorm(c->x, NULL, L->attn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
+        norm(c, L->attn_norm, c->x, hq, T);
     }
     MARK(c, KILN_OP_QKV, l, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
     if (!skipped(c, T, SKIP_QKV) && qkv(c, L, hq, T)) return -1;
@@ -444,7 +451,7 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     void *hq = quantized_input(c, &L->gate, T);
     if (!c->normed && !skipped(c, T, SKIP_NORM)) {
         MARK(c, KILN_OP_NORM, l, 0);
-        kiln_cuda_rmsnorm(c->x, NULL, L->ffn_norm, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
+        norm(c, L->ffn_norm, c->x, hq, T);
     }
     MARK(c, KILN_OP_GATE_UP, l, mbytes(&L->gate) + mbytes(&L->up));
     if (!skipped(c, T, SKIP_GATE_UP) && gate_up(c, L, hq, T)) return -1;
@@ -483,7 +490,7 @@ static int forward(kiln_cuda_context *c, int T, bool greedy) {
     int top = cfg->n_layer; /* the final norm and the head, as a layer past the last */
     if (!c->normed) {
         MARK(c, KILN_OP_NORM, top, 0);
-        kiln_cuda_rmsnorm(last, NULL, cm->output_norm, c->h, hq, cfg->n_embd, 1, cfg->rms_eps, c->stream);
+        norm(c, cm->output_norm, last, hq, 1);
     }
     MARK(c, KILN_OP_HEAD, top, mbytes(&cm->output));
     if (kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;

@@ -97,13 +97,13 @@ __global__ void __launch_bounds__(NORM_SPLIT_THREADS)
     if (out_q) quantize_quad(o, mine < n4, (char4 *)out_q + mine, (__half2 *)(out_q + n) + mine / 8);
 }
 
-/* The split form for one row without a residual of up to NORM_SPLIT_MAX_BLOCKS blocks (8192 values), unless
- * KILN_CUDA_NORM_SPLIT=0 (read at launch; for comparisons). False: not launched. */
-static bool launch_split(const float *x, const float *residual, const float *w, float *out, void *out_q, int n,
-                         int n_rows, float eps, cudaStream_t stream) {
+/* The split form for a row of up to NORM_SPLIT_MAX_BLOCKS blocks (8192 values), unless KILN_CUDA_NORM_SPLIT=0 (read
+ * at launch; for comparisons). False: not launched. */
+static bool launch_split(const float *x, const float *w, float *out, void *out_q, int n, float eps,
+                         cudaStream_t stream) {
     const char *e = getenv("KILN_CUDA_NORM_SPLIT");
     int blocks = div_up(n / 4, NORM_SPLIT_THREADS);
-    if ((e && atoi(e) == 0) || n_rows != 1 || residual || n % 32 || blocks > NORM_SPLIT_MAX_BLOCKS) return false;
+    if ((e && atoi(e) == 0) || n % 32 || blocks > NORM_SPLIT_MAX_BLOCKS) return false;
     auto kernel = blocks <= 1   ? rmsnorm_split_kernel<1>
                   : blocks <= 2 ? rmsnorm_split_kernel<2>
                   : blocks <= 4 ? rmsnorm_split_kernel<4>
@@ -115,10 +115,16 @@ static bool launch_split(const float *x, const float *residual, const float *w, 
 
 extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n,
                                   int n_rows, float eps, cudaStream_t stream) {
-    if (launch_split(x, residual, w, out, out_q, n, n_rows, eps, stream)) return;
     /* one block per row: a single decode row needs wide blocks, or one SM does all the work. One run of four a
      * thread up to 4096 (whole warps), then 1024 threads with 2 or 4 */
     int quads = div_up(n, 4), threads = quads <= 1024 ? div_up(quads, 32) * 32 : 1024, per = div_up(quads, threads);
     auto kernel = per <= 1 ? rmsnorm_kernel<1> : per <= 2 ? rmsnorm_kernel<2> : rmsnorm_kernel<4>;
     launch_pdl(kernel, n_rows, threads, stream, x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
+}
+
+/* Its sum of squares is ordered otherwise than rmsnorm_kernel's, so the batched step keeps kiln_cuda_rmsnorm for
+ * every batch size: a sequence's rows are then the same alone and among others. */
+extern "C" void kiln_cuda_rmsnorm_row(float *x, const float *w, float *out, void *out_q, int n, float eps,
+                                      cudaStream_t stream) {
+    if (!launch_split(x, w, out, out_q, n, eps, stream)) kiln_cuda_rmsnorm(x, NULL, w, out, out_q, n, 1, eps, stream);
 }

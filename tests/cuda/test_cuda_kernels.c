@@ -331,8 +331,8 @@ static void check_rmsnorm(int n) {
     gpu_free_all();
 }
 
-/* One row without a residual (a decode step's norm) against a double reference; its Q8_1 the very bytes the quantize
- * kernel makes of the normed row. */
+/* A decode step's row (kiln_cuda_rmsnorm_row) against a double reference; its Q8_1 the very bytes the quantize kernel
+ * makes of the normed row. */
 static void check_rmsnorm_row(int n) {
     float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n);
     float *qb = malloc(sizeof(float) * n);
@@ -342,7 +342,7 @@ static void check_rmsnorm_row(int n) {
     float *dx = gpu_upload(x, sizeof(float) * n), *dw = gpu_upload(w, sizeof(float) * n);
     float *dout = gpu_alloc(sizeof(float) * n);
     void *dq = gpu_alloc(Q8_1_BYTES(n)), *dq2 = gpu_alloc(Q8_1_BYTES(n));
-    kiln_cuda_rmsnorm(dx, NULL, dw, dout, dq, n, 1, 1e-5f, 0);
+    kiln_cuda_rmsnorm_row(dx, dw, dout, dq, n, 1e-5f, 0);
     kiln_cuda_quantize_q8_1(dout, dq2, n, 1, 0);
     CUDA_SYNC();
     CUDA_OK(cudaMemcpy(out, dout, sizeof(float) * n, cudaMemcpyDeviceToHost));
