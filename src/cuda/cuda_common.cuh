@@ -29,29 +29,22 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* Sum over a block of up to 1024 threads (blockDim.x a multiple of 32); every thread gets the result. */
-__device__ __forceinline__ float block_sum(float v) {
+/* WARP's reduction (warp_sum, warp_max) over a block of up to 1024 threads (blockDim.x a multiple of 32), identity
+ * where a warp is missing; every thread gets the result. */
+template <float (*WARP)(float)>
+__device__ __forceinline__ float block_reduce(float v, float identity) {
     __shared__ float partial[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    v = warp_sum(v);
+    v = WARP(v);
     __syncthreads(); /* partial may still be read by a previous call */
     if (lane == 0) partial[warp] = v;
     __syncthreads();
-    v = lane < n_warps ? partial[lane] : 0.0f;
-    return warp_sum(v);
+    v = lane < n_warps ? partial[lane] : identity;
+    return WARP(v);
 }
 
-/* Maximum over a block, as block_sum. */
-__device__ __forceinline__ float block_max(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    v = lane < n_warps ? partial[lane] : -INFINITY;
-    return warp_max(v);
-}
+__device__ __forceinline__ float block_sum(float v) { return block_reduce<warp_sum>(v, 0.0f); }
+__device__ __forceinline__ float block_max(float v) { return block_reduce<warp_max>(v, -INFINITY); }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 

@@ -45,7 +45,7 @@ struct kiln_cuda_context {
     int32_t ahead_token, ahead_pos;
     float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
     void *argmax_scratch;
-    void *top_scratch; /* kiln_cuda_eval_best: the top-k passes' ping-pong arrays */
+    void *top_scratch; /* kiln_cuda_eval_best: the top-k's scratch (kiln_cuda_top_k_scratch_bytes) */
     int32_t *d_best;   /* ... and its results: KILN_CUDA_TOP_K_MAX each of ids, logits, window ids, window logits */
     int32_t *h_best;   /* pinned staging of d_best */
     void *act_q;       /* Q8_1 of the current GEMV input (one token) */

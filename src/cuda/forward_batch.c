@@ -29,7 +29,7 @@ struct kiln_cuda_batch {
     int32_t *d_io, *h_io;
     size_t io_len;
     float *h_logits;         /* pinned: [max_seqs][n_vocab] */
-    /* rows that ask for their best logits only (kiln_cuda_seq.best): the top-k passes' scratch, and the results:
+    /* rows that ask for their best logits only (kiln_cuda_seq.best): the top-k's scratch, and the results:
      * ids and logits [max_seqs][best of the step], the windows' rows * n_vocab + id in, their logits out
      * (max_seqs * KILN_CUDA_TOP_K_MAX each), on the device and pinned */
     void *top_scratch;

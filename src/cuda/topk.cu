@@ -61,6 +61,23 @@ __device__ __forceinline__ void order_pair(float *sv, int32_t *si, int i, int j,
 /* Thread t's pair at this stride: i with a zero inserted at the stride's bit, and i + stride. */
 __device__ __forceinline__ int pair_at(int t, int stride) { return ((t & ~(stride - 1)) << 1) | (t & (stride - 1)); }
 
+/* The first `size` values of the shared tile (a power of two, at most TOPK_TILE) ordered in runs of `run` (a power
+ * of two up to size) by a bitonic network, each step a thread ordering one pair (i, i + stride); runs alternate
+ * direction, run r best first when r is even, so with run = size the whole ends sorted best first. */
+__device__ __forceinline__ void sort_runs(float *sv, int32_t *si, int size, int run) {
+    for (int r = 2; r <= run; r <<= 1)
+        for (int stride = r >> 1; stride > 0; stride >>= 1) {
+            __syncthreads();
+            for (int t = threadIdx.x; t < size / 2; t += blockDim.x) {
+                int i = pair_at(t, stride);
+                order_pair(sv, si, i, i + stride, (i & r) == 0);
+            }
+        }
+    __syncthreads();
+}
+
+__device__ __forceinline__ void sort_tile(float *sv, int32_t *si, int size) { sort_runs(sv, si, size, size); }
+
 /* The tile (load_tile) reduced to its best run of `run` (a power of two >= k) without sorting
  * all of it: runs of `run` are sorted in alternating directions, then pairs of runs merge, each keeping the better
  * of its two elements at every place (a bitonic run holding the pair's best `run`), sorted again, halving the tile
@@ -72,13 +89,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     __shared__ int32_t si[TOPK_TILE];
     load_tile(v, id, n, sv, si);
     int t = threadIdx.x;
-    /* the full sort's first levels: runs of `run` sorted, run r best first when r is even */
-    for (int size = 2; size <= run; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            __syncthreads();
-            int i = pair_at(t, stride);
-            order_pair(sv, si, i, i + stride, (i & size) == 0);
-        }
+    sort_runs(sv, si, TOPK_TILE, run); /* the full sort's first levels */
     for (int m = TOPK_TILE; m > run; m >>= 1) {
         /* runs 2p (best first) and 2p + 1 (worst first) make a bitonic 2 * run: the better of places i and i + run
          * are its best run, which becomes run p */
@@ -102,21 +113,6 @@ __global__ void __launch_bounds__(TOPK_THREADS)
         }
     }
     store_best(sv, si, k, out_v, out_id, out_n);
-}
-
-/* The first `size` values of the shared tile (a power of two, at most TOPK_TILE) sorted best first: a bitonic
- * network, each step a thread ordering one pair (i, i + stride); runs of `size` alternate direction, so the whole
- * ends best first. */
-__device__ __forceinline__ void sort_tile(float *sv, int32_t *si, int size) {
-    for (int run = 2; run <= size; run <<= 1)
-        for (int stride = run >> 1; stride > 0; stride >>= 1) {
-            __syncthreads();
-            for (int t = threadIdx.x; t < size / 2; t += blockDim.x) {
-                int i = pair_at(t, stride);
-                order_pair(sv, si, i, i + stride, (i & run) == 0);
-            }
-        }
-    __syncthreads();
 }
 
 /* Chunk blockIdx.x of row blockIdx.y: its maximum into maxima (rows g apart). */
