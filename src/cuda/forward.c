@@ -13,7 +13,7 @@
 
 #define Q8_1_BYTES 36    /* one block_q8_1 per 32 activations */
 
-enum { FUSE_ATTENTION = 1, FUSE_NORM = 2 };
+enum { FUSE_ATTENTION = 1, FUSE_NORM = 2, FUSE_QKV_ROPE = 4 };
 
 /* Spans: a decode step at position pos is built for the first of 128, 256, 512, ... (up to n_ctx) above pos, and
  * its attention launches no more slices than that span fills. The launch's blocks are all scheduled whether their
@@ -22,12 +22,13 @@ enum { FUSE_ATTENTION = 1, FUSE_NORM = 2 };
 #define FIRST_SPAN 128
 #define MAX_SPANS 16
 
-/* The default: no fusion. FUSE_ATTENTION (KILN_CUDA_FUSE=1) runs the rope stage, the attention and the merge in
- * one launch; since the split kernel loads its K/V rows before waiting for the rope kernel and scores eight
- * positions a warp at once, the three launches are faster. FUSE_NORM (KILN_CUDA_FUSE=3) has the last block of a
- * residual GEMV do the next norm, a serial tail the whole launch waits for. Measured on H100 (tg128, alternating):
- * docs/cuda.md, sessions 7 and 8. */
-#define FUSE_DEFAULT 0
+/* The default: FUSE_QKV_ROPE, the rope stage done by the Q/K/V GEMV's blocks where rotation pairs are neighbouring
+ * rows (kiln_cuda_gemv_qkv_rope; not NeoX). FUSE_ATTENTION (KILN_CUDA_FUSE=1) runs the rope stage, the attention
+ * and the merge in one launch; since the split kernel loads its K/V rows before waiting for the rope kernel and
+ * scores eight positions a warp at once, the three launches are faster. FUSE_NORM (KILN_CUDA_FUSE=3) has the last
+ * block of a residual GEMV do the next norm, a serial tail the whole launch waits for. Measured on H100 (tg128,
+ * alternating): docs/cuda.md, sessions 7, 8 and 16. KILN_CUDA_FUSE=0: none, for comparisons. */
+#define FUSE_DEFAULT FUSE_QKV_ROPE
 
 struct kiln_cuda_context {
     kiln_cuda_model *cm;
@@ -403,13 +404,17 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
         MARK(c, KILN_OP_NORM, l, 0);
         norm(c, L->attn_norm, c->x, hq, T);
     }
-    MARK(c, KILN_OP_QKV, l, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
-    if (!skipped(c, T, SKIP_QKV) && qkv(c, L, hq, T)) return -1;
     size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
     void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
     kiln_cuda_rope_args ra = rope_args(c);
-    int splits = T >= KILN_CUDA_DECODE_SPLITS ? 1 : KILN_CUDA_DECODE_SPLITS / T;
     bool fused = T == 1 && (c->fuse & FUSE_ATTENTION);
+    MARK(c, KILN_OP_QKV, l, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
+    /* with the rope stage where the weights allow it (one token; else the rope kernel below) */
+    const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
+    bool roped = T == 1 && hq && !fused && (c->fuse & FUSE_QKV_ROPE) && !skipped(c, T, SKIP_QKV) &&
+                 !kiln_cuda_gemv_qkv_rope(ms, c->q, hq, &ra, L->bq, L->bk, L->bv, kc, vc, c->d_pos, c->stream);
+    if (!roped && !skipped(c, T, SKIP_QKV) && qkv(c, L, hq, T)) return -1;
+    int splits = T >= KILN_CUDA_DECODE_SPLITS ? 1 : KILN_CUDA_DECODE_SPLITS / T;
     int chunk = fused ? KILN_CUDA_FUSED_DECODE_CHUNK : split_chunk(c->span);
     if (T > 1) chunk = 1;
     else if (c->attn_chunk > 0) chunk = c->attn_chunk;
@@ -424,7 +429,7 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
         if (kiln_cuda_attention_decode(&aa, &da, c->d_pos, c->part, c->counters, c->stream)) return -1;
     } else {
         MARK(c, KILN_OP_ROPE, l, 0);
-        if (!skipped(c, T, SKIP_ROPE))
+        if (!roped && !skipped(c, T, SKIP_ROPE))
             kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
         MARK(c, KILN_OP_ATTENTION, l, 0);
         if (!skipped(c, T, SKIP_ATTENTION) &&

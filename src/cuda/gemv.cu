@@ -59,6 +59,12 @@ __device__ __forceinline__ void store_row(float *y, int row, float v, bool accum
  * r + n / 2 of one matrix (pair_launch says where). Both two-row forms read each activation once for the two. */
 enum { GEMV_ONE, GEMV_SWIGLU, GEMV_PAIR };
 
+/* What a launch does after its rows (the kernels' EPI): nothing more; the RMSNorm of the whole output by the block
+ * that finishes last (norm_by_last_block); the rope stage on Q/K/V rows (rope_rows). Each its own instantiations:
+ * the rope's code as a run-time branch in every form cost qwen2-1.5b 0.5% of tg128 (H100), where no launch takes
+ * it. */
+enum { GEMV_EPI_PLAIN, GEMV_EPI_NORM, GEMV_EPI_ROPE };
+
 struct gemv_job {
     qtensor w[GEMV_MAX_MATS];
     float *y[GEMV_MAX_MATS];
@@ -68,10 +74,21 @@ struct gemv_job {
     bool accumulate;
 };
 
+/* The rope stage done by the Q/K/V launch (kiln_cuda_gemv_qkv_rope): its rows' results, bias added, are rotated
+ * in neighbouring pairs and written as rope_store_kernel writes them (q scaled into y[0], k and v into the caches at
+ * the position). */
+struct gemv_rope {
+    kiln_cuda_rope_args a; /* a.freq non-NULL: the launch does it */
+    const float *bias[GEMV_MAX_MATS];
+    __half *k_cache, *v_cache; /* the layer's */
+    const int32_t *d_pos;
+};
+
 /* What a launch does beyond its rows, apart from gemv_job: in the job, the norm's fields took the plain GEMV's
  * registers from 40 to 46 (Q4_K) and its speed on llama3-8b's 4096-wide inputs with them. */
 struct gemv_extras {
     kiln_cuda_norm_args norm; /* norm.w non-NULL: the last block normalizes y[0] afterwards */
+    gemv_rope rope;
     int prefetch_blocks;      /* blocks below this ask for the start of their rows in L2 before waiting for the */
     int prefetch_row_blocks;  /* previous kernel: this many quantized blocks of each row */
 };
@@ -136,6 +153,60 @@ __device__ void norm_by_last_block(const kiln_cuda_norm_args &a, const float *x,
     }
 }
 
+/* Pairs of neighbouring rows a block rotates: ROWS / 2, twice with row pairs (rows r and r + n in a warp). */
+template <int TWO>
+__host__ __device__ constexpr int rope_pairs() {
+    return (TWO == GEMV_PAIR ? 2 : 1) * GEMV_ROWS_PER_BLOCK / 2;
+}
+
+/* Rotation pair t of the block (t < rope_pairs): its first row, from the block's first row row0 and the row pairs'
+ * offset n (GEMV_PAIR). */
+template <int TWO>
+__device__ __forceinline__ int rope_pair_row(int t, int row0, int n) {
+    constexpr int PER_HALF = GEMV_ROWS_PER_BLOCK / 2;
+    return row0 + 2 * (t % PER_HALF) + (TWO == GEMV_PAIR && t >= PER_HALF ? n : 0);
+}
+
+/* Before the wait: the position (written by the step before, finished: cuda_common.cuh) and each pair's sine and
+ * cosine into shared memory, by the first warp's first rope_pairs threads, so the epilogue waits for neither. */
+template <int TWO>
+__device__ __forceinline__ void rope_angles(const gemv_rope &r, int mat, int row0, int n, float2 *sc, int *pos) {
+    int t = threadIdx.y * 32 + threadIdx.x;
+    if (t >= rope_pairs<TWO>()) return;
+    int p = *r.d_pos, d = rope_pair_row<TWO>(t, row0, n) % r.a.head_dim;
+    float sn = 0.0f, cs = 1.0f;
+    if (mat < 2 && d < r.a.rope_dim) sincosf((float)p * r.a.freq[d / 2], &sn, &cs);
+    sc[t] = make_float2(sn, cs);
+    if (t == 0) *pos = p;
+}
+
+/* The rope stage of the block's rows (every thread calls it, after the row results a, b): as rope_finish, the same
+ * expressions, so the results are those of the GEMV and rope_store_kernel one after the other. mat: 0 q, 1 k, 2 v. */
+template <int TWO>
+__device__ __forceinline__ void rope_rows(const gemv_rope &r, int mat, int row0, int n, float a, float b, float *y,
+                                          const float2 *sc, const int *pos) {
+    __shared__ float vals[2 * GEMV_ROWS_PER_BLOCK];
+    if (threadIdx.x == 0) vals[threadIdx.y] = a, vals[GEMV_ROWS_PER_BLOCK + threadIdx.y] = b;
+    __syncthreads();
+    int t = threadIdx.y * 32 + threadIdx.x;
+    if (t >= rope_pairs<TWO>()) return;
+    constexpr int PER_HALF = GEMV_ROWS_PER_BLOCK / 2;
+    int row = rope_pair_row<TWO>(t, row0, n), local = 2 * (t % PER_HALF) + (t >= PER_HALF ? GEMV_ROWS_PER_BLOCK : 0);
+    int hd = r.a.head_dim, d = row % hd;
+    const float *bias = mat == 0 ? r.bias[0] : mat == 1 ? r.bias[1] : r.bias[2];
+    float x0 = vals[local] + (bias ? bias[row] : 0.0f), x1 = vals[local + 1] + (bias ? bias[row + 1] : 0.0f);
+    if (mat < 2 && d < r.a.rope_dim) {
+        float r0 = x0 * sc[t].y - x1 * sc[t].x, r1 = x0 * sc[t].x + x1 * sc[t].y;
+        x0 = r0, x1 = r1;
+    }
+    if (mat == 0) {
+        y[row] = x0 * r.a.q_scale, y[row + 1] = x1 * r.a.q_scale;
+        return;
+    }
+    __half *cache = (mat == 1 ? r.k_cache : r.v_cache) + ((int64_t)(row / hd) * r.a.n_ctx + *pos) * hd + d;
+    cache[0] = __float2half(x0), cache[1] = __float2half(x1);
+}
+
 /* The weights of a lane's batch of parts u0, u0 + 32 * SPLIT, ... (of both rows with TWO, the second's blocks
  * up_off after the first's in up): their loads only, all issued before dot_batch waits for any. */
 template <class F, int TWO, int SPLIT, int BATCH>
@@ -172,15 +243,15 @@ __device__ __forceinline__ void dot_batch(const kraw (&ra)[BATCH], const kraw (&
  * part at a time, even unrolled, has an exit test between parts, and each part's loads waited for the previous
  * part's). Parts past the row's end read its last part again, always in bounds, and count for nothing. The matrix
  * is picked with constant indices: a run-time index into the parameter arrays would copy them to local memory. */
-template <class F, int TWO, int SPLIT, bool NORM, int BATCH, bool EARLY>
+template <class F, int TWO, int SPLIT, int EPI, int BATCH, bool EARLY>
 __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
     qtensor w = job.w[0];
     float *y = job.y[0];
-    int n = job.n[0], first = 0;
+    int n = job.n[0], first = 0, mat = 0;
     if (TWO != GEMV_SWIGLU && job.n_mats > 1 && (int)blockIdx.x >= job.first[1])
-        w = job.w[1], y = job.y[1], n = job.n[1], first = job.first[1];
+        w = job.w[1], y = job.y[1], n = job.n[1], first = job.first[1], mat = 1;
     if (TWO != GEMV_SWIGLU && job.n_mats > 2 && (int)blockIdx.x >= job.first[2])
-        w = job.w[2], y = job.y[2], n = job.n[2], first = job.first[2];
+        w = job.w[2], y = job.y[2], n = job.n[2], first = job.first[2], mat = 2;
     int slice = threadIdx.y % SPLIT;
     int row0 = ((int)blockIdx.x - first) * (GEMV_ROWS_PER_BLOCK / SPLIT), row = row0 + threadIdx.y / SPLIT;
     qtensor up = job.w[1];
@@ -193,6 +264,9 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         if (TWO) prefetch_blocks<F>(up, g0 + up_off, g1 + up_off);
     }
     constexpr int STEP = 32 * SPLIT * BATCH;
+    constexpr bool NORM = EPI == GEMV_EPI_NORM, roped = EPI == GEMV_EPI_ROPE;
+    __shared__ float2 rope_sc[rope_pairs<TWO>()];
+    __shared__ int rope_pos;
     float a = 0.0f, b = 0.0f;
     int u_first = 32 * slice + threadIdx.x; /* the lane's first part */
     /* The weights do not depend on the previous kernel: with EARLY, the first batch is loaded before waiting for
@@ -207,12 +281,14 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         int end = row < n ? n_parts : 0;
         bool any = 32 * slice < end; /* the warp goes round together */
         if (any) load_batch<F, TWO, SPLIT, BATCH>(w, up, g0, up_off, u_first, end, ra, rb, uc);
+        if constexpr (roped) rope_angles<TWO>(ex.rope, mat, row0, n, rope_sc, &rope_pos);
         pdl_release_and_wait();
         if (SPLIT == 1 && row >= n && !NORM) return; /* as below */
         q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
         if (any) dot_batch<F, TWO, SPLIT, BATCH>(ra, rb, uc, u_first, end, x, a, b);
         u_first += STEP;
     } else {
+        if constexpr (roped) rope_angles<TWO>(ex.rope, mat, row0, n, rope_sc, &rope_pos);
         pdl_release_and_wait();
         /* with SPLIT > 1 or a last-block step to follow, every warp must reach the barriers below */
         if (SPLIT == 1 && row >= n && !NORM) return;
@@ -237,6 +313,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
 #pragma unroll
             for (int s = 1; s < SPLIT; s++) a += sa[threadIdx.y + s], b += sb[threadIdx.y + s];
     }
+    if constexpr (roped) return rope_rows<TWO>(ex.rope, mat, row0, n, a, b, y, rope_sc, &rope_pos);
     if (threadIdx.x == 0 && (!NORM || (slice == 0 && row < n))) {
         if (TWO == GEMV_SWIGLU) y[row] = silu(a) * b;
         else store_row(y, row, a, job.accumulate);
@@ -257,20 +334,20 @@ __host__ __device__ constexpr bool early_batch() {
     return (MIN_BLOCKS < GEMV_WIDE_MIN_BLOCKS || !TWO) && BATCH * F::raw_words * (TWO ? 2 : 1) <= GEMV_EARLY_WORDS;
 }
 
-template <class F, int TWO, int SPLIT, bool NORM, int BATCH, int MIN_BLOCKS>
+template <class F, int TWO, int SPLIT, int EPI, int BATCH, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_q_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
-    gemv_rows<F, TWO, SPLIT, NORM, BATCH, early_batch<F, TWO, BATCH, MIN_BLOCKS>()>(job, ex, n_parts, xq);
+    gemv_rows<F, TWO, SPLIT, EPI, BATCH, early_batch<F, TWO, BATCH, MIN_BLOCKS>()>(job, ex, n_parts, xq);
 }
 
 /* Three matrices whose last is of another type (Q and K in F1, V in F2: Q4_K_M and Q5_K_M keep V in Q6_K in some
  * layers) in one launch instead of two; the branch is the same for a whole block. */
-template <class F1, int BATCH1, class F2, int BATCH2, int MIN_BLOCKS, int TWO>
+template <class F1, int BATCH1, class F2, int BATCH2, int MIN_BLOCKS, int TWO, int EPI>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_q_mixed_kernel(gemv_job job, gemv_extras ex, int n_parts, const void *xq) {
     constexpr bool early = early_batch<F1, TWO, BATCH1, MIN_BLOCKS>() && early_batch<F2, TWO, BATCH2, MIN_BLOCKS>();
-    if ((int)blockIdx.x < job.first[2]) gemv_rows<F1, TWO, 1, false, BATCH1, early>(job, ex, n_parts, xq);
-    else gemv_rows<F2, TWO, 1, false, BATCH2, early>(job, ex, n_parts, xq);
+    if ((int)blockIdx.x < job.first[2]) gemv_rows<F1, TWO, 1, EPI, BATCH1, early>(job, ex, n_parts, xq);
+    else gemv_rows<F2, TWO, 1, EPI, BATCH2, early>(job, ex, n_parts, xq);
 }
 
 template <kiln_type T>
@@ -421,31 +498,30 @@ static bool wide_launch(int blocks) {
 
 /* Long rows past one wave: the two-part form for 32 warps an SM (GEMV_WIDE_MIN_BLOCKS); else batch 4 where the
  * form and format allow it (above), else 2. */
-template <class F, int TWO, int SPLIT, bool NORM>
+template <class F, int TWO, int SPLIT, int EPI>
 static void launch_batched(int batch, int blocks, int rows_per_block, int row_bytes, cudaStream_t stream,
                            const gemv_job &job, const gemv_extras &ex, int n_parts, const void *xq) {
-    if constexpr (!NORM)
+    if constexpr (EPI != GEMV_EPI_NORM)
         if (wide_launch(blocks))
-            return launch_gemv<gemv_q_kernel<F, TWO, SPLIT, NORM, 2, GEMV_WIDE_MIN_BLOCKS>>(
+            return launch_gemv<gemv_q_kernel<F, TWO, SPLIT, EPI, 2, GEMV_WIDE_MIN_BLOCKS>>(
                 blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
-    if constexpr (!TWO && !NORM && SPLIT == 1 && F::raw_words <= GEMV_BATCH4_WORDS)
+    if constexpr (!TWO && EPI != GEMV_EPI_NORM && SPLIT == 1 && F::raw_words <= GEMV_BATCH4_WORDS)
         if (batch == 4)
-            return launch_gemv<gemv_q_kernel<F, TWO, SPLIT, NORM, 4, GEMV_MIN_BLOCKS>>(
+            return launch_gemv<gemv_q_kernel<F, TWO, SPLIT, EPI, 4, GEMV_MIN_BLOCKS>>(
                 blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
-    launch_gemv<gemv_q_kernel<F, TWO, SPLIT, NORM, 2, GEMV_MIN_BLOCKS>>(blocks, rows_per_block, row_bytes, stream,
+    launch_gemv<gemv_q_kernel<F, TWO, SPLIT, EPI, 2, GEMV_MIN_BLOCKS>>(blocks, rows_per_block, row_bytes, stream,
                                                                           job, ex, n_parts, xq);
 }
 
 template <int TWO>
 static int launch_quant_as(const kiln_cuda_matrix *const *ms, int n_mats, const void *xq, gemv_job job,
-                           const kiln_cuda_norm_args *norm, cudaStream_t stream, int split, int blocks,
-                           int rows_per_block) {
+                           const gemv_extras &ex, cudaStream_t stream, int split, int blocks, int rows_per_block) {
     const kiln_cuda_matrix *m0 = ms[0];
     int n_parts = m0->k / 32;
-    /* the norm's form only where it is asked for: it takes more registers */
-    constexpr bool CAN_NORM = !TWO;
-    gemv_extras ex = {};
-    if (norm) ex.norm = *norm;
+    /* the norm's and the rope's forms only where they are asked for: they take more registers */
+    constexpr int CAN_NORM = TWO ? GEMV_EPI_PLAIN : GEMV_EPI_NORM;
+    constexpr int CAN_ROPE = TWO == GEMV_SWIGLU ? GEMV_EPI_PLAIN : GEMV_EPI_ROPE;
+    bool norm = ex.norm.w != nullptr, rope = ex.rope.a.freq != nullptr;
     switch (m0->type) {
 #define GO(F, S, E)                                                                                                    \
     launch_batched<F, TWO, S, E>(batch, blocks, rows_per_block, bytes, stream, job, ex, n_parts, xq)
@@ -454,8 +530,8 @@ static int launch_quant_as(const kiln_cuda_matrix *const *ms, int n_mats, const 
         for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                              \
         int bytes = F::block_bytes * (TWO ? 2 : 1);                                                                \
         int batch = parts_per_batch(n_parts, split);                                                                   \
-        if (split == 2) norm ? GO(F, 2, CAN_NORM) : GO(F, 2, false);                                                   \
-        else norm ? GO(F, 1, CAN_NORM) : GO(F, 1, false);                                                              \
+        if (split == 2) norm ? GO(F, 2, CAN_NORM) : GO(F, 2, GEMV_EPI_PLAIN);                                          \
+        else norm ? GO(F, 1, CAN_NORM) : rope ? GO(F, 1, CAN_ROPE) : GO(F, 1, GEMV_EPI_PLAIN);                         \
         return 0;                                                                                                      \
     }
         KILN_CUDA_QUANT_TYPES(X)
@@ -486,6 +562,15 @@ static int deal_blocks(gemv_job &job, const kiln_cuda_matrix *const *ms, float *
     return count_blocks(ms, n_mats, rows_per_block, two);
 }
 
+/* Launches of many waves of short rows take pairs too: a row of at most GEMV_PAIR_MAX_PARTS parts is one batch a
+ * lane or less, so a warp's one-row pass is mostly its fixed costs (the activations' loads, the reduction, the
+ * store), which a pair shares. That is qwen2-1.5b's LM head (151,936 rows of 48 parts, 36 waves in the wide form).
+ * Measured on H100 (tg128, in-process against a context without): qwen2-1.5b 1,373.0 and 1,370.1 tok/s against
+ * 1,357.5 and 1,360.6 (+0.7-1.1%); llama3-8b's head (128,256 rows of 128 parts) 511.6 and 511.5 against 512.5 and
+ * 512.3 in pairs, so not there. */
+#define GEMV_PAIR_MIN_WAVES 8
+#define GEMV_PAIR_MAX_PARTS 64
+
 /* Whether a launch of one warp a row takes row pairs instead (GEMV_PAIR: rows r and r + n / 2 in one warp, which
  * reads each activation once for both and keeps two rows' loads in flight): where the rows pass one wave even in the
  * wide form and their pairs fit one wave of the plain form, so every warp is resident from the start and none waits
@@ -500,24 +585,26 @@ static bool pair_launch(const kiln_cuda_matrix *const *ms, int n_mats) {
         if (ms[i]->n % 2) return false;
     const char *e = getenv("KILN_CUDA_GEMV_PAIR");
     if (e && *e) return atoi(e) == 1;
-    int sms = sm_count();
-    return sms > 0 && count_blocks(ms, n_mats, GEMV_ROWS_PER_BLOCK, GEMV_ONE) > GEMV_WIDE_MIN_BLOCKS * sms &&
+    int sms = sm_count(), blocks = count_blocks(ms, n_mats, GEMV_ROWS_PER_BLOCK, GEMV_ONE);
+    if (sms > 0 && blocks > GEMV_PAIR_MIN_WAVES * GEMV_WIDE_MIN_BLOCKS * sms && ms[0]->k / 32 <= GEMV_PAIR_MAX_PARTS)
+        return true;
+    return sms > 0 && blocks > GEMV_WIDE_MIN_BLOCKS * sms &&
            count_blocks(ms, n_mats, GEMV_ROWS_PER_BLOCK, GEMV_PAIR) <= GEMV_MIN_BLOCKS * sms;
 }
 
-/* ms[0..n_mats) share type and width (checked by the callers); job brings accumulate; norm, when non-NULL, the
- * norm the last block does. */
+/* ms[0..n_mats) share type and width (checked by the callers); job brings accumulate; ex the norm the last block
+ * does (ex.norm.w non-NULL) or the rope stage (ex.rope.a.freq). */
 template <bool SWIGLU>
 static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq, gemv_job job,
-                        const kiln_cuda_norm_args *norm, cudaStream_t stream) {
+                        const gemv_extras &ex, cudaStream_t stream) {
     int split = warps_per_row(ms[0]), rows_per_block = GEMV_ROWS_PER_BLOCK / split;
-    if (!SWIGLU && split == 1 && !norm && pair_launch(ms, n_mats)) {
+    if (!SWIGLU && split == 1 && !ex.norm.w && pair_launch(ms, n_mats)) {
         int blocks = deal_blocks(job, ms, ys, n_mats, rows_per_block, GEMV_PAIR);
-        return launch_quant_as<GEMV_PAIR>(ms, n_mats, xq, job, norm, stream, split, blocks, rows_per_block);
+        return launch_quant_as<GEMV_PAIR>(ms, n_mats, xq, job, ex, stream, split, blocks, rows_per_block);
     }
     constexpr int two = SWIGLU ? GEMV_SWIGLU : GEMV_ONE;
     int blocks = deal_blocks(job, ms, ys, n_mats, rows_per_block, two);
-    return launch_quant_as<two>(ms, n_mats, xq, job, norm, stream, split, blocks, rows_per_block);
+    return launch_quant_as<two>(ms, n_mats, xq, job, ex, stream, split, blocks, rows_per_block);
 }
 
 extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
@@ -526,7 +613,7 @@ extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const f
     if (!kiln_cuda_type_uses_q8_1(m->type)) return launch_float<false>(m, nullptr, xf, y, accumulate, stream);
     gemv_job job = {};
     job.accumulate = accumulate;
-    return launch_quant<false>(&m, &y, 1, xq, job, nullptr, stream);
+    return launch_quant<false>(&m, &y, 1, xq, job, gemv_extras{}, stream);
 }
 
 /* The batch a format's lane may take in gemv_q_mixed_kernel (launch_batched's rule) */
@@ -536,39 +623,45 @@ static constexpr int mixed_batch(int batch) {
 }
 
 template <class F1, class F2, int B1, int B2, int MIN_BLOCKS = GEMV_MIN_BLOCKS, int TWO = GEMV_ONE>
-static void launch_mixed_as(int blocks, int row_bytes, cudaStream_t stream, const gemv_job &job, int n_parts,
-                            const void *xq) {
-    launch_gemv<gemv_q_mixed_kernel<F1, B1, F2, B2, MIN_BLOCKS, TWO>>(blocks, GEMV_ROWS_PER_BLOCK, row_bytes, stream,
-                                                                      job, gemv_extras{}, n_parts, xq);
+static void launch_mixed_as(int blocks, int row_bytes, cudaStream_t stream, const gemv_job &job,
+                            const gemv_extras &ex, int n_parts, const void *xq) {
+    if (ex.rope.a.freq)
+        return launch_gemv<gemv_q_mixed_kernel<F1, B1, F2, B2, MIN_BLOCKS, TWO, GEMV_EPI_ROPE>>(
+            blocks, GEMV_ROWS_PER_BLOCK, row_bytes, stream, job, ex, n_parts, xq);
+    launch_gemv<gemv_q_mixed_kernel<F1, B1, F2, B2, MIN_BLOCKS, TWO, GEMV_EPI_PLAIN>>(blocks, GEMV_ROWS_PER_BLOCK,
+                                                                                      row_bytes, stream, job, ex,
+                                                                                      n_parts, xq);
 }
 
 template <class F1, class F2>
-static void launch_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, const void *xq, cudaStream_t stream) {
+static void launch_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, const void *xq, const gemv_extras &ex,
+                         cudaStream_t stream) {
     gemv_job job = {};
     for (int i = 0; i < 3; i++) job.w[i] = i < 2 ? tensor_of<F1>(ms[i]) : tensor_of<F2>(ms[i]);
     int n_parts = ms[0]->k / 32, batch = parts_per_batch(n_parts, 1);
     int bytes = F1::block_bytes > F2::block_bytes ? F1::block_bytes : F2::block_bytes;
     if (pair_launch(ms, 3)) {
         int blocks = deal_blocks(job, ms, ys, 3, GEMV_ROWS_PER_BLOCK, GEMV_PAIR);
-        return launch_mixed_as<F1, F2, 2, 2, GEMV_MIN_BLOCKS, GEMV_PAIR>(blocks, 2 * bytes, stream, job, n_parts, xq);
+        return launch_mixed_as<F1, F2, 2, 2, GEMV_MIN_BLOCKS, GEMV_PAIR>(blocks, 2 * bytes, stream, job, ex, n_parts, xq);
     }
     int blocks = deal_blocks(job, ms, ys, 3, GEMV_ROWS_PER_BLOCK, GEMV_ONE);
     if (wide_launch(blocks))
-        launch_mixed_as<F1, F2, 2, 2, GEMV_WIDE_MIN_BLOCKS>(blocks, bytes, stream, job, n_parts, xq);
+        launch_mixed_as<F1, F2, 2, 2, GEMV_WIDE_MIN_BLOCKS>(blocks, bytes, stream, job, ex, n_parts, xq);
     else if (mixed_batch<F1>(batch) == 4)
-        launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, n_parts, xq);
-    else launch_mixed_as<F1, F2, 2, 2>(blocks, bytes, stream, job, n_parts, xq);
+        launch_mixed_as<F1, F2, 4, mixed_batch<F2>(4)>(blocks, bytes, stream, job, ex, n_parts, xq);
+    else launch_mixed_as<F1, F2, 2, 2>(blocks, bytes, stream, job, ex, n_parts, xq);
 }
 
 /* Q, K in one quantized type and V in another, one launch where the pair has a kernel (the K-quant mixes' pairs);
  * false: not such a pair */
-static bool try_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, const void *xq, cudaStream_t stream) {
+static bool try_mixed(const kiln_cuda_matrix *const *ms, float *const *ys, const void *xq, const gemv_extras &ex,
+                      cudaStream_t stream) {
     kiln_type a = ms[0]->type, b = ms[2]->type;
     if (ms[1]->type != a || ms[1]->k != ms[0]->k || ms[2]->k != ms[0]->k || warps_per_row(ms[0]) != 1 ||
         warps_per_row(ms[2]) != 1)
         return false;
-    if (a == KILN_TYPE_Q4_K && b == KILN_TYPE_Q6_K) launch_mixed<q4_K_t, q6_K_t>(ms, ys, xq, stream);
-    else if (a == KILN_TYPE_Q5_K && b == KILN_TYPE_Q6_K) launch_mixed<q5_K_t, q6_K_t>(ms, ys, xq, stream);
+    if (a == KILN_TYPE_Q4_K && b == KILN_TYPE_Q6_K) launch_mixed<q4_K_t, q6_K_t>(ms, ys, xq, ex, stream);
+    else if (a == KILN_TYPE_Q5_K && b == KILN_TYPE_Q6_K) launch_mixed<q5_K_t, q6_K_t>(ms, ys, xq, ex, stream);
     else return false;
     return true;
 }
@@ -579,11 +672,11 @@ extern "C" int kiln_cuda_gemv_multi(const kiln_cuda_matrix *const *ms, float *co
     if (n_mats < 1 || n_mats > GEMV_MAX_MATS) return -1;
     for (int i = 0; i < n_mats; i++)
         if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
-    if (n_mats == 3 && try_mixed(ms, ys, xq, stream)) return 0;
+    if (n_mats == 3 && try_mixed(ms, ys, xq, gemv_extras{}, stream)) return 0;
     for (int i = 0, j; i < n_mats; i = j) {
         for (j = i + 1; j < n_mats && ms[j]->type == ms[i]->type && ms[j]->k == ms[i]->k; j++) {}
         if (kiln_cuda_type_uses_q8_1(ms[i]->type)) {
-            if (launch_quant<false>(ms + i, ys + i, j - i, xq, gemv_job{}, nullptr, stream)) return -1;
+            if (launch_quant<false>(ms + i, ys + i, j - i, xq, gemv_job{}, gemv_extras{}, stream)) return -1;
             continue;
         }
         for (int m = i; m < j; m++)
@@ -600,7 +693,7 @@ extern "C" int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cu
         return launch_float<true>(gate, (const uint8_t *)up->data, xf, y, false, stream);
     const kiln_cuda_matrix *ms[2] = {gate, up};
     float *ys[2] = {y, y};
-    return launch_quant<true>(ms, ys, 2, xq, gemv_job{}, nullptr, stream);
+    return launch_quant<true>(ms, ys, 2, xq, gemv_job{}, gemv_extras{}, stream);
 }
 
 extern "C" int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, float *y,
@@ -608,5 +701,23 @@ extern "C" int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, fl
     if (!kiln_cuda_type_uses_q8_1(m->type) || !kiln_cuda_type_supported(m->type, m->k) || m->n % 32) return -1;
     gemv_job job = {};
     job.accumulate = true;
-    return launch_quant<false>(&m, &y, 1, xq, job, norm, stream);
+    gemv_extras ex = {};
+    ex.norm = *norm;
+    return launch_quant<false>(&m, &y, 1, xq, job, ex, stream);
+}
+
+extern "C" int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float *q, const void *xq,
+                                       const kiln_cuda_rope_args *r, const float *bq, const float *bk, const float *bv,
+                                       void *k_cache, void *v_cache, const int32_t *d_pos, cudaStream_t stream) {
+    if (r->neox || r->head_dim % 2 || r->rope_dim % 2) return -1;
+    for (int i = 0; i < 3; i++)
+        if (!kiln_cuda_type_uses_q8_1(ms[i]->type) || !kiln_cuda_type_supported(ms[i]->type, ms[i]->k) ||
+            ms[i]->k != ms[0]->k || warps_per_row(ms[i]) != 1 || ms[i]->n % (2 * GEMV_ROWS_PER_BLOCK))
+            return -1;
+    gemv_extras ex = {};
+    ex.rope = gemv_rope{*r, {bq, bk, bv}, (__half *)k_cache, (__half *)v_cache, d_pos};
+    float *ys[3] = {q, q, q}; /* k and v rows go to the caches only */
+    if (ms[1]->type == ms[0]->type && ms[2]->type == ms[0]->type)
+        return launch_quant<false>(ms, ys, 3, xq, gemv_job{}, ex, stream);
+    return try_mixed(ms, ys, xq, ex, stream) ? 0 : -1;
 }

@@ -117,6 +117,16 @@ void kiln_cuda_rope_store(const kiln_cuda_rope_args *a, float *q, const float *k
                           const float *bk, const float *bv, void *k_cache, void *v_cache, const int32_t *d_pos,
                           int n_tokens, cudaStream_t stream);
 
+/* Q, K and V of one token (ms[0..2], over the same Q8_1 activations) with the rope stage above in the same launch:
+ * q rotated and scaled into q, the rotated k and the v rows into the caches at *d_pos, as kiln_cuda_gemv_multi then
+ * kiln_cuda_rope_store would leave them (the same arithmetic: equal results); one launch where that needs none
+ * between. Rotation pairs must be neighbouring dims (not NeoX: a block's rows hold both of a pair), the three
+ * quantized, of one width, in one type or a mixed pair kiln_cuda_gemv_multi takes in one launch, one warp a row,
+ * with rows a multiple of 16. -1, and nothing launched, where they are not. */
+int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float *q, const void *xq, const kiln_cuda_rope_args *r,
+                            const float *bq, const float *bk, const float *bv, void *k_cache, void *v_cache,
+                            const int32_t *d_pos, cudaStream_t stream);
+
 /* Attention of n_tokens query tokens (already scaled and rotated), token t seeing cache positions 0..*d_pos + t:
  * split-K flash decoding. Each of n_split blocks per (head, token) runs an online softmax over its slice of the
  * positions into part (n_tokens * n_head * n_split * (head_dim + 2) floats), then a second kernel merges the

@@ -289,6 +289,14 @@ static void test_gemv_mixed(void **state) {
     unsetenv("KILN_CUDA_GEMV_PAIR");
 }
 
+/* A head-like launch of many waves of short rows, which takes row pairs in the form of launches past one wave
+ * (pair_launch), without any setting: Q6_K as Q4_K_M keeps the output matrix, rows of 48 parts. */
+static void test_gemv_head(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_gemv_case(KILN_TYPE_Q6_K, false, false, 1536, 40000);
+    check_gemv_case(KILN_TYPE_Q8_0, false, false, 576, 49152);
+}
+
 /* Rows of n with a residual: each width takes one of the kernel's forms (a run of 4 values a thread up to 4096,
  * two runs, four). */
 static void check_rmsnorm(int n) {
@@ -432,6 +440,76 @@ static void test_rope(void **state) {
     SKIP_WITHOUT_GPU();
     check_rope(false);
     check_rope(true);
+}
+
+/* Q/K/V with the rope stage in the GEMV launch (kiln_cuda_gemv_qkv_rope) against kiln_cuda_gemv_multi and then
+ * kiln_cuda_rope_store (each checked against the CPU above): the same arithmetic, so the same q and the same cache
+ * bytes. llama3-8b's shape takes row pairs and the Q4_K + Q6_K mixed launch on an H100; the small one one type, a
+ * partial rotary dim and biases. NeoX pairs are refused. */
+static void check_qkv_rope(kiln_type tq, kiln_type tv, int k, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                           bool bias) {
+    kiln_cuda_rope_args a = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .rope_dim = rope_dim,
+                             .n_ctx = 64, .neox = false, .q_scale = 0.088f};
+    int ns[3] = {n_head * head_dim, n_head_kv * head_dim, n_head_kv * head_dim}, qd = ns[0], kvd = ns[1];
+    float *x = malloc(sizeof(float) * k), freq[128], *deq, *b[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < rope_dim / 2; i++) freq[i] = powf(500000.0f, -2.0f * i / rope_dim);
+    a.freq = gpu_upload(freq, sizeof freq);
+    rng_fill(x, k, 1.0f);
+    void *dx = gpu_alloc(Q8_1_BYTES(k));
+    kiln_cuda_quantize_q8_1(gpu_upload(x, sizeof(float) * k), dx, k, 1, 0);
+    kiln_cuda_matrix m[3];
+    const kiln_cuda_matrix *ms[3] = {&m[0], &m[1], &m[2]};
+    for (int i = 0; i < 3; i++) {
+        kiln_type t = i < 2 ? tq : tv;
+        uint8_t *w = random_rows(t, k, ns[i], &deq);
+        m[i] = (kiln_cuda_matrix){upload_matrix(t, w, k, ns[i]), t, k, ns[i], kiln_row_size(t, k)};
+        free(w), free(deq);
+        if (bias) {
+            float *h = malloc(sizeof(float) * ns[i]);
+            rng_fill(h, ns[i], 0.5f);
+            b[i] = gpu_upload(h, sizeof(float) * ns[i]);
+            free(h);
+        }
+    }
+    int32_t pos = 37, *dpos = gpu_upload(&pos, sizeof pos);
+    size_t cache = 2 * (size_t)kvd * a.n_ctx;
+    float *q[2];
+    uint8_t *kc[2], *vc[2];
+    for (int fused = 0; fused < 2; fused++) {
+        float *dq = gpu_alloc(sizeof(float) * qd), *dk = gpu_alloc(sizeof(float) * kvd), *dv = gpu_alloc(sizeof(float) * kvd);
+        float *ys[3] = {dq, dk, dv};
+        void *dkc = gpu_alloc(cache), *dvc = gpu_alloc(cache);
+        CUDA_OK(cudaMemset(dkc, 0, cache));
+        CUDA_OK(cudaMemset(dvc, 0, cache));
+        if (fused) {
+            assert_int_equal(kiln_cuda_gemv_qkv_rope(ms, dq, dx, &a, b[0], b[1], b[2], dkc, dvc, dpos, 0), 0);
+        } else {
+            assert_int_equal(kiln_cuda_gemv_multi(ms, ys, 3, dx, NULL, 0), 0);
+            kiln_cuda_rope_store(&a, dq, dk, dv, b[0], b[1], b[2], dkc, dvc, dpos, 1, 0);
+        }
+        CUDA_SYNC();
+        q[fused] = malloc(sizeof(float) * qd), kc[fused] = malloc(cache), vc[fused] = malloc(cache);
+        CUDA_OK(cudaMemcpy(q[fused], dq, sizeof(float) * qd, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(kc[fused], dkc, cache, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(vc[fused], dvc, cache, cudaMemcpyDeviceToHost));
+    }
+    fprintf(stderr, "gemv+rope %s/%s k %d heads %d/%d hd %d rope %d%s: q, k and v rows as the two kernels'\n",
+            kiln_type_name(tq), kiln_type_name(tv), k, n_head, n_head_kv, head_dim, rope_dim, bias ? " bias" : "");
+    assert_memory_equal(q[0], q[1], sizeof(float) * qd);
+    assert_memory_equal(kc[0], kc[1], cache);
+    assert_memory_equal(vc[0], vc[1], cache);
+    a.neox = true;
+    assert_int_equal(kiln_cuda_gemv_qkv_rope(ms, q[0], dx, &a, NULL, NULL, NULL, kc[0], vc[0], dpos, 0), -1);
+    for (int f = 0; f < 2; f++) free(q[f]), free(kc[f]), free(vc[f]);
+    free(x);
+    gpu_free_all();
+}
+
+static void test_gemv_qkv_rope(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_qkv_rope(KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, 4096, 32, 8, 128, 128, false);
+    check_qkv_rope(KILN_TYPE_Q8_0, KILN_TYPE_Q8_0, 512, 4, 2, 64, 48, true);
+    check_qkv_rope(KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, 1024, 8, 2, 128, 128, true);
 }
 
 /* Attention of T query tokens over a random F16 cache, against a double softmax over the same halves. */
@@ -731,8 +809,10 @@ int main(void) {
         TYPE_TEST(KILN_TYPE_Q2_K), TYPE_TEST(KILN_TYPE_Q3_K), TYPE_TEST(KILN_TYPE_Q4_K), TYPE_TEST(KILN_TYPE_Q5_K),
         TYPE_TEST(KILN_TYPE_Q6_K),
         cmocka_unit_test(test_gemv_mixed),
+        cmocka_unit_test(test_gemv_head),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_gemv_qkv_rope),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_norm),
         cmocka_unit_test(test_attention_decode),
