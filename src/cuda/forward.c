@@ -428,7 +428,7 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
                                          c->attn_warps};
         if (kiln_cuda_attention_decode(&aa, &da, c->d_pos, c->part, c->counters, c->stream)) return -1;
     } else {
-        MARK(c, KILN_OP_ROPE, l, 0);
+        if (!roped) MARK(c, KILN_OP_ROPE, l, 0); /* else the profile's q/k/v row holds it */
         if (!roped && !skipped(c, T, SKIP_ROPE))
             kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
         MARK(c, KILN_OP_ATTENTION, l, 0);
