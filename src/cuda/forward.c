@@ -428,9 +428,11 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
                                          c->attn_warps};
         if (kiln_cuda_attention_decode(&aa, &da, c->d_pos, c->part, c->counters, c->stream)) return -1;
     } else {
-        if (!roped) MARK(c, KILN_OP_ROPE, l, 0); /* else the profile's q/k/v row holds it */
-        if (!roped && !skipped(c, T, SKIP_ROPE))
-            kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
+        if (!roped) { /* else the Q/K/V GEMV did it, and the profile's q/k/v row holds it */
+            MARK(c, KILN_OP_ROPE, l, 0);
+            if (!skipped(c, T, SKIP_ROPE))
+                kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
+        }
         MARK(c, KILN_OP_ATTENTION, l, 0);
         if (!skipped(c, T, SKIP_ATTENTION) &&
             kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, attn_q, c->stream))

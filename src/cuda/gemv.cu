@@ -586,9 +586,9 @@ static bool pair_launch(const kiln_cuda_matrix *const *ms, int n_mats) {
     const char *e = getenv("KILN_CUDA_GEMV_PAIR");
     if (e && *e) return atoi(e) == 1;
     int sms = sm_count(), blocks = count_blocks(ms, n_mats, GEMV_ROWS_PER_BLOCK, GEMV_ONE);
-    if (sms > 0 && blocks > GEMV_PAIR_MIN_WAVES * GEMV_WIDE_MIN_BLOCKS * sms && ms[0]->k / 32 <= GEMV_PAIR_MAX_PARTS)
-        return true;
-    return sms > 0 && blocks > GEMV_WIDE_MIN_BLOCKS * sms &&
+    if (sms <= 0) return false;
+    if (blocks > GEMV_PAIR_MIN_WAVES * GEMV_WIDE_MIN_BLOCKS * sms && ms[0]->k / 32 <= GEMV_PAIR_MAX_PARTS) return true;
+    return blocks > GEMV_WIDE_MIN_BLOCKS * sms &&
            count_blocks(ms, n_mats, GEMV_ROWS_PER_BLOCK, GEMV_PAIR) <= GEMV_MIN_BLOCKS * sms;
 }
 
