@@ -73,7 +73,7 @@ static void free_buffers(buffers *b) {
 static double time_attention(const shape *s, const buffers *b, int n_pos, int n_split, int min_chunk) {
     int32_t p = n_pos - 1;
     cudaMemcpy(b->pos, &p, sizeof p, cudaMemcpyHostToDevice);
-    kiln_cuda_attn_args a = {s->n_head, s->n_head_kv, s->head_dim, N_CTX, n_split, min_chunk};
+    kiln_cuda_attn_args a = {s->n_head, s->n_head_kv, s->head_dim, N_CTX, n_split, min_chunk, 0};
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     float t[N_CALLS];

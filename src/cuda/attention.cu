@@ -1,20 +1,21 @@
 /* Attention over the F16 KV cache by split-K flash decoding: the positions a query token sees are cut into n_split
- * slices; each block runs an online softmax over its slice (four warps take turns over positions, a lane owns
+ * slices; each block runs an online softmax over its slice (its warps take turns over positions, a lane owns
  * head_dim/32 dims), and a second kernel merges the slices with their running maxima. Splitting keeps every SM
- * busy when one token has few heads but a long context. Query token t of a batch sees positions 0..*d_pos + t, which
- * makes the same kernels the causal attention of a prefill batch. The decode form (one token) also does the rope
- * stage's work and the merge, so a layer's attention is one launch. */
+ * busy when one token has few heads but a long context; one token in one slice needs no merge (its block writes the
+ * head's output). Query token t of a batch sees positions 0..*d_pos + t, which makes the same kernels the causal
+ * attention of a prefill batch. The one-launch decode form also does the rope stage's work and the merge. */
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
 
 #include "cuda/attention_slice.cuh"
 
-template <int HD, bool DECODE, int WARPS>
+template <int HD, bool DECODE, int WARPS, bool DEEP>
 __global__ void __launch_bounds__(32 * WARPS)
     attn_split_kernel(kiln_cuda_attn_args a, const float *q, const __half *k_cache, const __half *v_cache,
                       const int32_t *d_pos, float *part, attn_decode x) {
     int t = blockIdx.z; /* waits inside, after loading the K/V rows that earlier steps wrote */
-    attn_slice<HD, DECODE, WARPS, true>(a, q, k_cache, v_cache, *d_pos + t + 1, part, x, blockIdx.x, blockIdx.y, t);
+    attn_slice<HD, DECODE, WARPS, true, attn_ahead<HD, DEEP>()>(a, q, k_cache, v_cache, *d_pos + t + 1, part, x,
+                                                                blockIdx.x, blockIdx.y, t);
 }
 
 /* One block per (head, token), a thread per dim. With out_q, the merged row is also quantized to Q8_1 for the
@@ -94,13 +95,6 @@ __global__ void __launch_bounds__(4 * PREFILL_QUERIES)
     for (int d = 0; d < DS; d++) o[d] = acc[d] / l;
 }
 
-/* Warps a block of a decode step's split (one token): two, where a batch's tokens take ATTN_WARPS. A slice of 16
- * positions (the span of 128, tg128's) is then eight a warp, one batch of loads (attn_slice's AHEAD) instead of
- * half of one, over the same blocks. Measured on H100 (tg128, in-process against four warps, three pairs each):
- * llama3-8b 511.1-511.4 tok/s against 509.6-509.8 (+0.3%), qwen2-1.5b 1,352.9-1,358.0 against 1,346.5-1,348.5
- * (+0.4-0.8%); one warp 492 and 1,250-1,254, eight 503.5 and 1,311-1,313. */
-#define DECODE_SPLIT_WARPS 2
-
 extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache,
                                    const void *v_cache, const int32_t *d_pos, int n_tokens, float *part, float *out,
                                    void *out_q, cudaStream_t stream) {
@@ -115,21 +109,36 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
         }
     }
     dim3 grid(a->n_head, a->n_split, n_tokens);
-    attn_decode none = {};
-    switch (a->head_dim) {
+    attn_decode none = {}, direct = {};
+    /* one token in one slice: each head's block writes its output (and Q8_1) itself, no merge launch */
+    bool whole = n_tokens == 1 && a->n_split == 1;
+    direct.out = out, direct.out_q = (int8_t *)out_q;
+    if (n_tokens > 1) {
+        switch (a->head_dim) {
 #define X(hd)                                                                                                          \
     case hd:                                                                                                           \
-        if (n_tokens == 1)                                                                                             \
-            launch_pdl(attn_split_kernel<hd, false, DECODE_SPLIT_WARPS>, grid, 32 * DECODE_SPLIT_WARPS, stream, *a, q, \
-                       kc, vc, d_pos, part, none);                                                                     \
-        else                                                                                                           \
-            launch_pdl(attn_split_kernel<hd, false, ATTN_WARPS>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc, d_pos, \
-                       part, none);                                                                                    \
+        launch_pdl(attn_split_kernel<hd, false, ATTN_WARPS, false>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc,     \
+                   d_pos, part, none);                                                                                 \
         break;
-        X(64) X(128) X(256)
+            X(64) X(128) X(256)
 #undef X
-    default: return -1;
+        default: return -1;
+        }
+    } else {
+        int warps = a->warps ? a->warps : KILN_CUDA_DECODE_WARPS;
+        switch (a->head_dim * 64 + warps) {
+#define X(hd, w)                                                                                                       \
+    case hd * 64 + w:                                                                                                  \
+        launch_pdl(attn_split_kernel<hd, false, w, true>, grid, 32 * w, stream, *a, q, kc, vc, d_pos, part,            \
+                   whole ? direct : none);                                                                             \
+        break;
+            X(64, 2) X(128, 2) X(256, 2) X(64, 4) X(128, 4) X(256, 4) X(64, 8) X(128, 8) X(256, 8) X(64, 16)
+            X(128, 16) X(256, 16)
+#undef X
+        default: return -1;
+        }
     }
+    if (whole) return 0;
     launch_pdl(attn_merge_kernel, dim3(a->n_head, n_tokens), a->head_dim, stream, *a, part, out, (int8_t *)out_q, n_tokens);
     return 0;
 }
@@ -147,7 +156,7 @@ extern "C" int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const ki
     switch (a->head_dim * 64 + warps) {
 #define X(hd, w)                                                                                                       \
     case hd * 64 + w:                                                                                                  \
-        launch_pdl(attn_split_kernel<hd, true, w>, grid, 32 * w, stream, *a, d->q, kc, vc, d_pos, part, x);            \
+        launch_pdl(attn_split_kernel<hd, true, w, false>, grid, 32 * w, stream, *a, d->q, kc, vc, d_pos, part, x);            \
         return 0;
         X(64, 4) X(128, 4) X(256, 4) X(64, 8) X(128, 8) X(256, 8) X(64, 16) X(128, 16) X(256, 16)
 #undef X

@@ -183,6 +183,13 @@ __device__ __forceinline__ void store_head(const attn_decode &x, int n_head, int
         }
 }
 
+/* K/V rows a warp loads before it uses the first: 8 (4 at head_dim 256), or with DEEP twice that, as a decode step's
+ * split takes them: a block of 8 warps then loads a whole slice of 128 positions before its wait. */
+template <int HD, bool DEEP>
+__host__ __device__ constexpr int attn_ahead() {
+    return (HD / 32 <= 4 ? 8 : 4) * (DEEP ? 2 : 1);
+}
+
 /* Slice `split` of query token t, head `head`, run by a block of WARPS warps: an online softmax over the slice's
  * positions into its part (max, sum, then head_dim accumulators, per (token, head, split)). DECODE: one token, with
  * the work of attn_decode above; when the context is one slice, the block writes the head's output itself (no part,
@@ -191,7 +198,7 @@ __device__ __forceinline__ void store_head(const attn_decode &x, int n_head, int
  * the previous kernels of this step wrote (q, k, v; the rows of this step's tokens) after. Every thread of the
  * block's first WARPS warps calls it (its barriers leave any other warp out); a block may call it again for another
  * slice (the barrier at the top keeps the shared arrays of the previous call until all have read them). */
-template <int HD, bool DECODE, int WARPS, bool WAIT>
+template <int HD, bool DECODE, int WARPS, bool WAIT, int AHEAD>
 __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const float *q, const __half *k_cache,
                                            const __half *v_cache, int n_pos, float *part, const attn_decode &x,
                                            int head, int split, int t) {
@@ -211,7 +218,6 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
     const __half *vb = v_cache + (int64_t)kvh * a.n_ctx * HD;
     /* a warp takes positions begin + warp, + WARPS, ..., AHEAD of them at a time: all their K and V rows are loaded
      * before the first is used (one round trip, not one per position), and their scores are reduced together */
-    constexpr int AHEAD = D <= 4 ? 8 : 4;
     halves<D> kf[AHEAD] = {}, vf[AHEAD] = {};
     int p0 = begin + warp;
     /* rows from this step's first position on are this step's (DECODE: the current one, kept in registers) */
@@ -287,7 +293,7 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
         m = m_new;
     }
 
-    if (DECODE && n_used == 1) { /* the whole context in this block: its combine is the head's output */
+    if (x.out && n_used == 1) { /* the whole context in this block: its combine is the head's output */
         __shared__ float whole[HD + 2];
         write_slice<HD, WARPS>(m, l, acc, whole);
         sync_warps<WARPS>();

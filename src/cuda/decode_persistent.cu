@@ -356,8 +356,9 @@ __global__ void __launch_bounds__(PS_THREADS, 1) decode_layers_kernel(kiln_cuda_
         attn_decode x = {a.rope, a.k, a.v, L.bq, L.bk, L.bv, (__half *)L.k_cache, (__half *)L.v_cache,
                          a.attn_out, nullptr, a.counters};
         for (int it = blockIdx.x; it < n_items; it += gridDim.x)
-            attn_slice<HD, true, PS_WARPS, false>(a.attn, a.q, (const __half *)L.k_cache, (const __half *)L.v_cache,
-                                                  n_pos, a.part, x, it / a.attn.n_split, it % a.attn.n_split, 0);
+            attn_slice<HD, true, PS_WARPS, false, attn_ahead<HD, false>()>(
+                a.attn, a.q, (const __half *)L.k_cache, (const __half *)L.v_cache, n_pos, a.part, x,
+                it / a.attn.n_split, it % a.attn.n_split, 0);
         barrier(), stamp(s0 + 2);
 
         to_shared_q8_1(a.attn_out, nullptr, 0.0f, q_dim, xs, partial);

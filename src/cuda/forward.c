@@ -55,8 +55,8 @@ struct kiln_cuda_context {
     void *k_cache, *v_cache; /* [n_layer][n_head_kv][n_ctx][head_dim] halves */
     unsigned *counters;      /* zeroed once; the last-block steps of the fused decode kernels count on them */
     unsigned fuse;           /* FUSE_* bits: decode work done in the kernel before it (see residual_matmul) */
-    int attn_chunk;          /* KILN_CUDA_DECODE_CHUNK: positions a decode slice at least (0: each form's default) */
-    int attn_warps;          /* KILN_CUDA_ATTN_WARPS: warps a block of the one-launch attention (0: its default) */
+    int attn_chunk;          /* KILN_CUDA_DECODE_CHUNK: positions a decode slice at least (0: the default) */
+    int attn_warps;          /* KILN_CUDA_ATTN_WARPS: warps a block of one token's attention (0: the default) */
     unsigned skip;           /* KILN_CUDA_SKIP: decode-step launches left out, for pricing them (SKIP_* bits) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
     /* the decode step, [0] leaving logits, [1] greedy (argmax fed back, position advanced), captured per span */
@@ -190,7 +190,7 @@ static cudaError_t setup_persistent(kiln_cuda_context *c) {
     }
     free(layers);
     kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, KILN_CUDA_DECODE_SPLITS,
-                              KILN_CUDA_DECODE_MIN_CHUNK};
+                              KILN_CUDA_DECODE_MIN_CHUNK, 0};
     c->persistent = (kiln_cuda_decode_args){c->d_layers, cfg->n_layer, cfg->n_embd, cfg->n_ff, cfg->rms_eps,
                                             rope_args(c), aa,
                                             c->x, c->q, c->k, c->v, c->attn, c->ff, c->part, c->counters,
@@ -241,7 +241,7 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     c->attn_chunk = env_int("KILN_CUDA_DECODE_CHUNK", 0);
     c->attn_warps = env_int("KILN_CUDA_ATTN_WARPS", 0);
     c->skip = skip_ops(getenv("KILN_CUDA_SKIP"));
-    if (c->attn_warps != 4 && c->attn_warps != 8 && c->attn_warps != 16) c->attn_warps = 0;
+    if (c->attn_warps != 2 && c->attn_warps != 4 && c->attn_warps != 8 && c->attn_warps != 16) c->attn_warps = 0;
     *out = c;
     return 0;
 }
@@ -378,14 +378,6 @@ static int qkv(kiln_cuda_context *c, const kiln_cuda_layer *L, const void *hq, i
     return kiln_cuda_gemv_multi(ms, ys, 3, hq, c->h, c->stream);
 }
 
-/* Positions a slice of the decode attention at least, for a step built for span positions: an eighth of the span,
- * 16 to 64. Measured on H100 (tg from an empty context, against slices of 32 everywhere): slices of 16 ran
- * qwen2-1.5b's tg128 2.8% faster and llama3-8b's 0.9%, slices of 64 their tg1024 2.2% and 1.3%. */
-static int split_chunk(int span) {
-    int chunk = span / 8;
-    return chunk < 16 ? 16 : chunk > 64 ? 64 : chunk;
-}
-
 static bool skipped(const kiln_cuda_context *c, int T, unsigned op) { return T == 1 && (c->skip & op); }
 
 /* h = RMSNorm(x; g) for T rows, and its Q8_1 into hq when not NULL; one row over several blocks. */
@@ -415,12 +407,13 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
                  !kiln_cuda_gemv_qkv_rope(ms, c->q, hq, &ra, L->bq, L->bk, L->bv, kc, vc, c->d_pos, c->stream);
     if (!roped && !skipped(c, T, SKIP_QKV) && qkv(c, L, hq, T)) return -1;
     int splits = T >= KILN_CUDA_DECODE_SPLITS ? 1 : KILN_CUDA_DECODE_SPLITS / T;
-    int chunk = fused ? KILN_CUDA_FUSED_DECODE_CHUNK : split_chunk(c->span);
+    int chunk = KILN_CUDA_DECODE_CHUNK;
     if (T > 1) chunk = 1;
     else if (c->attn_chunk > 0) chunk = c->attn_chunk;
     /* no more slices than the context can fill: every block of the launch is scheduled, used or not */
     if (T == 1 && splits > (c->span + chunk - 1) / chunk) splits = (c->span + chunk - 1) / chunk;
-    kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits, chunk};
+    kiln_cuda_attn_args aa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, c->n_ctx, splits, chunk,
+                              T == 1 ? c->attn_warps : 0};
     void *attn_q = quantized_input(c, &L->wo, T);
     if (fused) {
         MARK(c, KILN_OP_ATTENTION, l, 0);

@@ -131,7 +131,8 @@ int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float *q, const v
  * split-K flash decoding. Each of n_split blocks per (head, token) runs an online softmax over its slice of the
  * positions into part (n_tokens * n_head * n_split * (head_dim + 2) floats), then a second kernel merges the
  * slices into out [n_tokens][n_head * head_dim], and when out_q is non-NULL also into its Q8_1 form (the output
- * projection's input, quantized without another launch). head_dim must be 64, 128 or 256. Batches of
+ * projection's input, quantized without another launch). One token in one slice (n_split 1) has no merge: each
+ * head's block writes out (and out_q) itself. head_dim must be 64, 128 or 256. Batches of
  * KILN_CUDA_PREFILL_ATTENTION_MIN tokens or more (without out_q) take a tiled kernel instead, which needs no part. */
 #define KILN_CUDA_PREFILL_ATTENTION_MIN 256 /* H100: slower than per-token at 128 tokens, 3-13% faster pp512 */
 
@@ -142,12 +143,23 @@ int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float *q, const v
  * against 89 in 16 and 1124 in one. */
 #define KILN_CUDA_DECODE_SPLITS 32
 #define KILN_CUDA_DECODE_MIN_CHUNK 32
+/* Warps a block of one token's attention (the decode step's split and the one-launch form): 8, which load 128
+ * positions of a slice before their wait. Measured on H100 in the decode step (tg128, in-process; docs/cuda.md
+ * session 17): one block of 8 warps a head, no merge, ran llama3-8b 2.2% and qwen2-1.5b 3.2% faster than slices of
+ * 16 positions in blocks of 2 warps and a merge; 4 and 16 warps less so; loading 16 positions a warp (all 128)
+ * instead of 8 another 0.9%. */
 #define KILN_CUDA_DECODE_WARPS 8
-#define KILN_CUDA_FUSED_DECODE_CHUNK 128 /* kiln_cuda_attention_decode's slices (KILN_CUDA_DECODE_CHUNK) */
+/* Positions a slice of the decode step's attention at least (KILN_CUDA_DECODE_CHUNK sets others): one slice a head
+ * up to 128 positions, so no merge launch, 2 at 256, ... 32 at 4096, longer past that. Measured on H100 in blocks of
+ * 8 warps (tg from an empty context, in-process, docs/cuda.md session 17): against 64 and 256 positions, qwen2-1.5b's
+ * tg2048 ran 3.4% and 2.1% faster, llama3-8b's tg1024 3.2% and 1.6%; against 64 beyond the first 128, their tg512
+ * 1.0% and 0.8%. */
+#define KILN_CUDA_DECODE_CHUNK 128
 
 typedef struct kiln_cuda_attn_args {
     int n_head, n_head_kv, head_dim, n_ctx, n_split;
     int min_chunk; /* positions per slice at least (0 or 1: none); fewer slices run while *d_pos is small */
+    int warps;     /* warps a block of one token's split: 2, 4, 8 or 16 (0: KILN_CUDA_DECODE_WARPS) */
 } kiln_cuda_attn_args;
 
 int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,

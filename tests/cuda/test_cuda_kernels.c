@@ -512,10 +512,11 @@ static void test_gemv_qkv_rope(void **state) {
     check_qkv_rope(KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, 1024, 8, 2, 128, 128, true);
 }
 
-/* Attention of T query tokens over a random F16 cache, against a double softmax over the same halves. */
-static void check_attention(int head_dim, int n_split, int min_chunk, int pos0, int T) {
+/* Attention of T query tokens over a random F16 cache, against a double softmax over the same halves; one token's
+ * blocks of `warps` warps (0: the default). */
+static void check_attention(int head_dim, int n_split, int min_chunk, int pos0, int T, int warps) {
     kiln_cuda_attn_args a = {.n_head = 8, .n_head_kv = 2, .head_dim = head_dim, .n_ctx = 640, .n_split = n_split,
-                             .min_chunk = min_chunk};
+                             .min_chunk = min_chunk, .warps = warps};
     const int qd = a.n_head * head_dim;
     size_t cache_n = (size_t)a.n_head_kv * a.n_ctx * head_dim;
     kiln_half *kh = malloc(2 * cache_n), *vh = malloc(2 * cache_n);
@@ -562,8 +563,8 @@ static void check_attention(int head_dim, int n_split, int min_chunk, int pos0, 
             }
         }
     double e = rel_err(out, ref, (size_t)T * qd);
-    fprintf(stderr, "attention hd %d split %d (slices of %d+) pos %d T %d: rel err %.2e\n", head_dim, n_split,
-            min_chunk, pos0, T, e);
+    fprintf(stderr, "attention hd %d split %d (slices of %d+) pos %d T %d warps %d: rel err %.2e\n", head_dim,
+            n_split, min_chunk, pos0, T, warps, e);
     assert_true(e < 1e-5);
     free(kh), free(vh), free(q), free(out), free(ref), free(sc);
     gpu_free_all();
@@ -571,19 +572,28 @@ static void check_attention(int head_dim, int n_split, int min_chunk, int pos0, 
 
 static void test_attention(void **state) {
     SKIP_WITHOUT_GPU();
-    check_attention(64, 1, 0, 0, 1);    /* a single position */
-    check_attention(64, 16, 0, 5, 1);   /* more slices than positions: empty slices */
-    check_attention(128, 16, 0, 600, 1);
-    check_attention(128, 7, 0, 300, 4); /* a causal batch */
-    check_attention(256, 3, 0, 100, 2);
+    check_attention(64, 1, 0, 0, 1, 0);    /* a single position */
+    check_attention(64, 16, 0, 5, 1, 0);   /* more slices than positions: empty slices */
+    check_attention(128, 16, 0, 600, 1, 0);
+    check_attention(128, 7, 0, 300, 4, 0); /* a causal batch */
+    check_attention(256, 3, 0, 100, 2, 0);
     /* the decode setting: slices of a minimum length, the later ones empty while the context is short */
-    check_attention(128, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK, 40, 1);
-    check_attention(128, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK, 639, 1);
-    check_attention(64, 32, 7, 100, 1); /* a last slice shorter than the rest */
+    check_attention(128, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK, 40, 1, 0);
+    check_attention(128, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK, 639, 1, 0);
+    check_attention(128, KILN_CUDA_DECODE_SPLITS, 64, 600, 1, 0);
+    check_attention(64, 32, 7, 100, 1, 0); /* a last slice shorter than the rest */
+    /* one token in one slice, no merge: within a block's first loads, and over several rounds of them */
+    check_attention(128, 1, 0, 100, 1, 0);
+    check_attention(128, 1, 0, 400, 1, 0);
+    check_attention(256, 1, 0, 200, 1, 16);
+    /* the other block sizes one token may take (KILN_CUDA_ATTN_WARPS) */
+    check_attention(128, 16, 0, 600, 1, 2);
+    check_attention(64, 4, 0, 300, 1, 4);
+    check_attention(128, 1, 0, 127, 1, 16);
     /* prompt batches: the tiled kernel (a partial tile, several tiles, positions before the batch) */
-    check_attention(64, 1, 0, 0, KILN_CUDA_PREFILL_ATTENTION_MIN);
-    check_attention(128, 1, 0, 37, KILN_CUDA_PREFILL_ATTENTION_MIN + 45);
-    check_attention(256, 1, 0, 5, KILN_CUDA_PREFILL_ATTENTION_MIN + 3);
+    check_attention(64, 1, 0, 0, KILN_CUDA_PREFILL_ATTENTION_MIN, 0);
+    check_attention(128, 1, 0, 37, KILN_CUDA_PREFILL_ATTENTION_MIN + 45, 0);
+    check_attention(256, 1, 0, 5, KILN_CUDA_PREFILL_ATTENTION_MIN + 3, 0);
 }
 
 /* The one-launch decode attention (rope stage, split, merge in the last block or in the only one) in slices of
@@ -593,7 +603,7 @@ static void test_attention(void **state) {
 static void check_attention_decode(int head_dim, int n_head, int n_head_kv, bool neox, int rope_dim, int pos0,
                                    bool bias, int chunk, int warps) {
     kiln_cuda_rope_args r = {n_head, n_head_kv, head_dim, rope_dim, 2048, neox, 1.0f / sqrtf((float)head_dim), NULL};
-    kiln_cuda_attn_args a = {n_head, n_head_kv, head_dim, r.n_ctx, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK};
+    kiln_cuda_attn_args a = {n_head, n_head_kv, head_dim, r.n_ctx, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK, 0};
     kiln_cuda_attn_args af = a;
     af.min_chunk = chunk;
     const int qd = n_head * head_dim, kvd = n_head_kv * head_dim;
@@ -666,7 +676,7 @@ static void test_attention_decode(void **state) {
     for (int i = 0; i < 3; i++) {
         int w = warps[i];
         for (int c = 0; c < 2; c++) {
-            int chunk = c ? KILN_CUDA_FUSED_DECODE_CHUNK : KILN_CUDA_DECODE_MIN_CHUNK;
+            int chunk = c ? KILN_CUDA_DECODE_CHUNK : KILN_CUDA_DECODE_MIN_CHUNK;
             check_attention_decode(64, 4, 4, false, 48, 0, true, chunk, w); /* the first position, partial rope */
             check_attention_decode(128, 12, 2, true, 128, 40, true, chunk, w);
             check_attention_decode(128, 12, 2, true, 128, chunk - 1, true, chunk, w); /* one full slice */
