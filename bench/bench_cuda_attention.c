@@ -2,7 +2,8 @@
  * per head, at two real shapes (llama3-8b: 32 heads over 8 KV heads; qwen2-1.5b: 12 over 2; head_dim 128): where
  * split-K flash decoding starts to pay, and how many positions a slice should hold at least. Median of many calls
  * (split + merge launches), timed with events; cache and queries random. The last column is the decode step's
- * setting (KILN_CUDA_DECODE_SPLITS slices of at least KILN_CUDA_DECODE_MIN_CHUNK positions).
+ * setting (KILN_CUDA_DECODE_SPLITS slices of at least KILN_CUDA_DECODE_CHUNK positions; blocks of
+ * KILN_CUDA_DECODE_WARPS warps throughout).
  * usage: bench_cuda_attention */
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,7 @@ int main(void) {
                 if (us < 0) return 1;
                 printf(" %7.1f", us);
             }
-            double us = time_attention(s, &b, n_pos, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_MIN_CHUNK);
+            double us = time_attention(s, &b, n_pos, KILN_CUDA_DECODE_SPLITS, KILN_CUDA_DECODE_CHUNK);
             if (us < 0) return 1;
             printf(" %8.1f\n", us);
         }
