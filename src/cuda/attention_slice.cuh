@@ -98,34 +98,66 @@ __device__ __forceinline__ void store_merged(float v, float *out, int8_t *out_q,
     if ((i & 31) == 0) ((__half2 *)(out_q + n))[i / 32] = __floats2half2_rn(scale, scale * (float)sum);
 }
 
-/* A slice's result from the WARPS warps of a block, each with its running max m, sum l and accumulators acc (D = HD /
- * 32 dims a lane) over its share of the positions, rescaled to the largest max and written to out: max, sum, then HD
- * accumulators. Every thread of the WARPS warps calls it. */
+/* The WARPS warps' running maxima, sums and accumulators (D = HD / 32 dims a lane) in shared memory, for every
+ * thread of the block to combine. Every thread of the WARPS warps calls it. */
 template <int HD, int WARPS>
-__device__ __forceinline__ void write_slice(float m, float l, const float *acc, float *out) {
+struct warp_results {
+    float m[WARPS], l[WARPS], acc[WARPS][HD];
+};
+
+template <int HD, int WARPS>
+__device__ __forceinline__ const warp_results<HD, WARPS> &share_results(float m, float l, const float *acc) {
     constexpr int D = HD / 32;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __shared__ float sm[WARPS], sl[WARPS], sacc[WARPS][HD];
-    if (lane == 0) sm[warp] = m, sl[warp] = l;
+    __shared__ warp_results<HD, WARPS> r;
+    if (lane == 0) r.m[warp] = m, r.l[warp] = l;
 #pragma unroll
-    for (int d = 0; d < D; d++) sacc[warp][lane * D + d] = acc[d];
+    for (int d = 0; d < D; d++) r.acc[warp][lane * D + d] = acc[d];
     sync_warps<WARPS>();
+    return r;
+}
+
+template <int HD, int WARPS>
+__device__ __forceinline__ float results_max(const warp_results<HD, WARPS> &r) {
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WARPS; w++) mx = fmaxf(mx, sm[w]);
+    for (int w = 0; w < WARPS; w++) mx = fmaxf(mx, r.m[w]);
+    return mx;
+}
+
+/* A slice's result from the WARPS warps of a block, rescaled to the largest max and written to out: max, sum, then
+ * HD accumulators. Every thread of the WARPS warps calls it. */
+template <int HD, int WARPS>
+__device__ __forceinline__ void write_slice(float m, float l, const float *acc, float *out) {
+    const warp_results<HD, WARPS> &r = share_results<HD, WARPS>(m, l, acc);
+    float mx = results_max(r);
     for (int d = threadIdx.x; d < HD; d += 32 * WARPS) {
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < WARPS; w++)
-            if (sm[w] > -INFINITY) v += sacc[w][d] * expf(sm[w] - mx);
+            if (r.m[w] > -INFINITY) v += r.acc[w][d] * expf(r.m[w] - mx);
         out[2 + d] = v;
     }
     if (threadIdx.x == 0) {
         float sum = 0.0f;
         for (int w = 0; w < WARPS; w++)
-            if (sm[w] > -INFINITY) sum += sl[w] * expf(sm[w] - mx);
+            if (r.m[w] > -INFINITY) sum += r.l[w] * expf(r.m[w] - mx);
         out[0] = mx, out[1] = sum;
     }
+}
+
+/* Dim d of the head's output from the warps' results of a block that ran the whole context: each thread sums the
+ * weights itself, so no second barrier. */
+template <int HD, int WARPS>
+__device__ __forceinline__ float whole_value(const warp_results<HD, WARPS> &r, float mx, int d) {
+    float num = 0.0f, den = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++)
+        if (r.m[w] > -INFINITY) {
+            float e = expf(r.m[w] - mx);
+            num += r.acc[w][d] * e, den += r.l[w] * e;
+        }
+    return num / den;
 }
 
 /* D consecutive halves of a K or V row (D = head_dim / 32: 2, 4 or 8, so 4, 8 or 16 aligned bytes), loaded in one
@@ -294,10 +326,9 @@ __device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const f
     }
 
     if (x.out && n_used == 1) { /* the whole context in this block: its combine is the head's output */
-        __shared__ float whole[HD + 2];
-        write_slice<HD, WARPS>(m, l, acc, whole);
-        sync_warps<WARPS>();
-        store_head<HD, WARPS>(x, a.n_head, head, [&](int d) { return whole[2 + d] / whole[1]; });
+        const warp_results<HD, WARPS> &r = share_results<HD, WARPS>(m, l, acc);
+        float mx = results_max(r);
+        store_head<HD, WARPS>(x, a.n_head, head, [&](int d) { return whole_value(r, mx, d); });
         return;
     }
     write_slice<HD, WARPS>(m, l, acc, part + (((int64_t)t * a.n_head + head) * a.n_split + split) * (HD + 2));
