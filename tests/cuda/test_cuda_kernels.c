@@ -23,9 +23,7 @@
     } while (0)
 
 /* Q8_1 as the GPU stores it: n int8, then n/32 (d, s) half pairs. */
-static void test_quantize_q8_1(void **state) {
-    SKIP_WITHOUT_GPU();
-    const int k = 4096, rows = 3;
+static void check_quantize_q8_1(int k, int rows) {
     const int n = k * rows;
     float *x = malloc(sizeof(float) * n), *back = malloc(sizeof(float) * n);
     uint8_t *q = malloc(Q8_1_BYTES(n));
@@ -46,6 +44,13 @@ static void test_quantize_q8_1(void **state) {
     }
     free(x), free(back), free(q);
     gpu_free_all();
+}
+
+static void test_quantize_q8_1(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_quantize_q8_1(4096, 3);
+    check_quantize_q8_1(1536, 1); /* a last thread block partly past the end */
+    check_quantize_q8_1(32, 1);
 }
 
 static bool has_reference(kiln_type type) {
