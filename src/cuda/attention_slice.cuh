@@ -138,8 +138,9 @@ __device__ __forceinline__ void write_slice(float m, float l, const float *acc, 
             if (r.m[w] > -INFINITY) v += r.acc[w][d] * expf(r.m[w] - mx);
         out[2 + d] = v;
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == (32 * WARPS > HD ? HD : 0)) { /* a thread without a dim above, where there is one */
         float sum = 0.0f;
+#pragma unroll
         for (int w = 0; w < WARPS; w++)
             if (r.m[w] > -INFINITY) sum += r.l[w] * expf(r.m[w] - mx);
         out[0] = mx, out[1] = sum;
