@@ -109,16 +109,16 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
         }
     }
     dim3 grid(a->n_head, a->n_split, n_tokens);
-    attn_decode none = {}, direct = {};
     /* one token in one slice: each head's block writes its output (and Q8_1) itself, no merge launch */
     bool whole = n_tokens == 1 && a->n_split == 1;
-    direct.out = out, direct.out_q = (int8_t *)out_q;
+    attn_decode x = {};
+    if (whole) x.out = out, x.out_q = (int8_t *)out_q;
     if (n_tokens > 1) {
         switch (a->head_dim) {
 #define X(hd)                                                                                                          \
     case hd:                                                                                                           \
         launch_pdl(attn_split_kernel<hd, false, ATTN_WARPS, false>, grid, 32 * ATTN_WARPS, stream, *a, q, kc, vc,     \
-                   d_pos, part, none);                                                                                 \
+                   d_pos, part, x);                                                                                    \
         break;
             X(64) X(128) X(256)
 #undef X
@@ -129,8 +129,7 @@ extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q,
         switch (a->head_dim * 64 + warps) {
 #define X(hd, w)                                                                                                       \
     case hd * 64 + w:                                                                                                  \
-        launch_pdl(attn_split_kernel<hd, false, w, true>, grid, 32 * w, stream, *a, q, kc, vc, d_pos, part,            \
-                   whole ? direct : none);                                                                             \
+        launch_pdl(attn_split_kernel<hd, false, w, true>, grid, 32 * w, stream, *a, q, kc, vc, d_pos, part, x);       \
         break;
             X(64, 2) X(128, 2) X(256, 2) X(64, 4) X(128, 4) X(256, 4) X(64, 8) X(128, 8) X(256, 8) X(64, 16)
             X(128, 16) X(256, 16)
@@ -156,7 +155,7 @@ extern "C" int kiln_cuda_attention_decode(const kiln_cuda_attn_args *a, const ki
     switch (a->head_dim * 64 + warps) {
 #define X(hd, w)                                                                                                       \
     case hd * 64 + w:                                                                                                  \
-        launch_pdl(attn_split_kernel<hd, true, w, false>, grid, 32 * w, stream, *a, d->q, kc, vc, d_pos, part, x);            \
+        launch_pdl(attn_split_kernel<hd, true, w, false>, grid, 32 * w, stream, *a, d->q, kc, vc, d_pos, part, x);     \
         return 0;
         X(64, 4) X(128, 4) X(256, 4) X(64, 8) X(128, 8) X(256, 8) X(64, 16) X(128, 16) X(256, 16)
 #undef X
