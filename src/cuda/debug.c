@@ -165,11 +165,19 @@ static void check_norm(kiln_cuda_debug *d) {
     judge_q8_1(d, final ? &d->cm->output : d->ffn_norm ? &L->gate : &L->wq, d->a, cfg->n_embd);
 }
 
-/* y (device, n) against W in, where in is what the GEMV over m read. */
+/* A Q or K vector of n values, the CPU's, put in the device's order (kiln_cuda_qk_source). */
+static void qk_to_device_order(kiln_cuda_debug *d, float *v, int n) {
+    if (!d->cm->qk_interleaved) return;
+    for (int i = 0; i < n; i++) d->row[i] = v[kiln_cuda_qk_source(d->cm, i)];
+    memcpy(v, d->row, sizeof(float) * (size_t)n);
+}
+
+/* y (device, n) against W in, where in is what the GEMV over m read; qk: W holds Q or K rows. */
 static void check_gemv(kiln_cuda_debug *d, const char *what, const kiln_cuda_matrix *m, const kiln_weight *w,
-                       const float *dev_in, const float *dev_y) {
+                       const float *dev_in, const float *dev_y, bool qk) {
     const float *in = gemv_input(d, m, dev_in, m->k);
     matvec(d, w, in, d->b);
+    if (qk) qk_to_device_order(d, d->b, m->n);
     fetch_f(d->a, dev_y, (size_t)m->n);
     judge(d, what, rel_err(d->a, d->b, (size_t)m->n), 1e-4);
 }
@@ -198,9 +206,10 @@ static void rope(const kiln_config *cfg, float *vec, int n_heads, int pos) {
     }
 }
 
-static void add_bias(float *x, const kiln_weight *b, int n) {
+/* x[i] += bias[i], the bias read in the device's order of x (kiln_cuda_qk_source, for Q and K). */
+static void add_bias(const kiln_cuda_debug *d, float *x, const kiln_weight *b, int n, bool qk) {
     if (!b->data) return;
-    for (int i = 0; i < n; i++) x[i] += ((const float *)b->data)[i];
+    for (int i = 0; i < n; i++) x[i] += ((const float *)b->data)[qk ? kiln_cuda_qk_source(d->cm, i) : i];
 }
 
 /* Cache rows first..first+n of the layer (all KV heads) as F32, [pos][kv_dim]. */
@@ -222,9 +231,9 @@ static void fetch_cache(kiln_cuda_debug *d, const void *cache, int first, int n,
 static void check_rope(kiln_cuda_debug *d) {
     const kiln_config *cfg = &d->cm->cfg;
     int qd = kiln_config_q_dim(cfg), kvd = kiln_config_kv_dim(cfg);
-    add_bias(d->q0, layer_w(d, KILN_ROLE_BQ), qd);
-    add_bias(d->k0, layer_w(d, KILN_ROLE_BK), kvd);
-    add_bias(d->v0, layer_w(d, KILN_ROLE_BV), kvd);
+    add_bias(d, d->q0, layer_w(d, KILN_ROLE_BQ), qd, true);
+    add_bias(d, d->k0, layer_w(d, KILN_ROLE_BK), kvd, true);
+    add_bias(d, d->v0, layer_w(d, KILN_ROLE_BV), kvd, false);
     rope(cfg, d->q0, cfg->n_head, d->pos);
     rope(cfg, d->k0, cfg->n_head_kv, d->pos);
     float scale = 1.0f / sqrtf((float)cfg->head_dim);
@@ -314,16 +323,16 @@ static void check_op(kiln_cuda_debug *d) {
     }
     case KILN_OP_NORM: check_norm(d); break;
     case KILN_OP_QKV:
-        check_gemv(d, "(q)", &L->wq, layer_w(d, KILN_ROLE_WQ), d->v.h, d->v.q);
-        check_gemv(d, "(k)", &L->wk, layer_w(d, KILN_ROLE_WK), d->v.h, d->v.k);
-        check_gemv(d, "(v)", &L->wv, layer_w(d, KILN_ROLE_WV), d->v.h, d->v.v);
+        check_gemv(d, "(q)", &L->wq, layer_w(d, KILN_ROLE_WQ), d->v.h, d->v.q, true);
+        check_gemv(d, "(k)", &L->wk, layer_w(d, KILN_ROLE_WK), d->v.h, d->v.k, true);
+        check_gemv(d, "(v)", &L->wv, layer_w(d, KILN_ROLE_WV), d->v.h, d->v.v, false);
         break;
     case KILN_OP_ROPE: check_rope(d); break;
     case KILN_OP_ATTENTION: check_attention(d); break;
     case KILN_OP_WO: check_residual_gemv(d, &L->wo, layer_w(d, KILN_ROLE_WO), d->v.attn); break;
     case KILN_OP_GATE_UP: check_gate_up(d); break;
     case KILN_OP_DOWN: check_down(d); break;
-    case KILN_OP_HEAD: check_gemv(d, "", &cm->output, &cm->host->output, d->v.h, d->v.logits); break;
+    case KILN_OP_HEAD: check_gemv(d, "", &cm->output, &cm->host->output, d->v.h, d->v.logits, false); break;
     case KILN_OP_ARGMAX: if (d->greedy) check_argmax(d); break;
     default: break;
     }

@@ -14,8 +14,14 @@ typedef struct kiln_cuda_layer {
     kiln_cuda_matrix wq, wk, wv, wo, gate, up, down;
 } kiln_cuda_layer;
 
+/* NeoX models (rotation pairs i, i + rope_dim/2 of a head) are uploaded with their Q and K rows and biases
+ * interleaved, head dim 2i holding the file's dim i and 2i + 1 dim i + rope_dim/2 (kiln_cuda_qk_source), so that
+ * pairs are neighbouring dims as in llama's GGUF layout and the Q/K/V GEMV's blocks do the rope stage too: one
+ * launch a layer fewer. q.k is the same sum in another order, so attention is unchanged; the K cache holds the
+ * interleaved order. */
 struct kiln_cuda_model {
-    kiln_config cfg;
+    kiln_config cfg; /* the model's, but rope_style NORMAL where qk_interleaved */
+    bool qk_interleaved;
     void *arena; /* every weight, in one allocation */
     uint64_t arena_bytes;
     kiln_cuda_matrix token_embd, output;
@@ -25,6 +31,9 @@ struct kiln_cuda_model {
     size_t max_matrix_elems; /* the largest layer matrix: the F16 staging size for prefill GEMMs */
     const kiln_weights *host; /* KILN_GPU_DEBUG=1 at load: the host weights, kept for the per-op checks */
 };
+
+/* The file's index of the Q or K vector element that is element e in the device's order (e unless qk_interleaved). */
+int kiln_cuda_qk_source(const kiln_cuda_model *cm, int e);
 
 /* Ops as the profile groups them. */
 typedef enum kiln_cuda_op {

@@ -23,7 +23,7 @@ enum { FUSE_ATTENTION = 1, FUSE_NORM = 2, FUSE_QKV_ROPE = 4 };
 #define MAX_SPANS 16
 
 /* The default: FUSE_QKV_ROPE, the rope stage done by the Q/K/V GEMV's blocks where rotation pairs are neighbouring
- * rows (kiln_cuda_gemv_qkv_rope; not NeoX). FUSE_ATTENTION (KILN_CUDA_FUSE=1) runs the rope stage, the attention
+ * rows (kiln_cuda_gemv_qkv_rope; NeoX models' Q/K rows are uploaded so, executor.h). FUSE_ATTENTION (KILN_CUDA_FUSE=1) runs the rope stage, the attention
  * and the merge in one launch; since the split kernel loads its K/V rows before waiting for the rope kernel and
  * scores eight positions a warp at once, the three launches are faster. FUSE_NORM (KILN_CUDA_FUSE=3) has the last
  * block of a residual GEMV do the next norm, a serial tail the whole launch waits for. Measured on H100 (tg128,

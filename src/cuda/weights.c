@@ -47,6 +47,45 @@ static kiln_cuda_matrix put_matrix(upload *u, const kiln_weight *w) {
     return m;
 }
 
+int kiln_cuda_qk_source(const kiln_cuda_model *cm, int e) {
+    if (!cm->qk_interleaved) return e;
+    int hd = cm->cfg.head_dim, j = e % hd, half = cm->cfg.rope_dim / 2;
+    return e - j + (j >= cm->cfg.rope_dim ? j : (j & 1) ? j / 2 + half : j / 2);
+}
+
+/* A copy of w (a matrix of Q or K rows, or their bias) with its rows or values in the device's order
+ * (kiln_cuda_qk_source), for the upload; NULL data when out of memory. */
+static kiln_weight qk_interleaved_copy(const kiln_cuda_model *cm, const kiln_weight *w) {
+    kiln_weight c = *w;
+    bool vector = w->ne[1] == 1;
+    size_t unit = vector ? w->row_bytes / (size_t)w->ne[0] : w->row_bytes;
+    int64_t count = vector ? w->ne[0] : w->ne[1];
+    uint8_t *out = malloc(unit * (size_t)count);
+    c.data = out;
+    if (!out) return c;
+    for (int64_t e = 0; e < count; e++)
+        memcpy(out + unit * (size_t)e, (const uint8_t *)w->data + unit * (size_t)kiln_cuda_qk_source(cm, (int)e), unit);
+    return c;
+}
+
+/* Q/K rows and biases: in the device's order where cm uploads them interleaved. Sizing passes (no arena) and other
+ * tensors go as they are. */
+static const void *put_qk(kiln_cuda_model *cm, upload *u, const kiln_weight *w, kiln_cuda_matrix *m) {
+    kiln_weight c = *w;
+    bool copy = cm->qk_interleaved && u->arena && w->data;
+    if (copy) c = qk_interleaved_copy(cm, w);
+    if (copy && !c.data) {
+        u->error = cudaErrorMemoryAllocation;
+        c = *w;
+        copy = false;
+    }
+    const void *at = NULL;
+    if (m) *m = put_matrix(u, &c);
+    else at = put(u, &c);
+    if (copy) free((void *)c.data);
+    return at;
+}
+
 static int check_matrix(const kiln_weight *w, kiln_error *err) {
     if (!kiln_cuda_type_supported(w->type, (int)w->ne[0]))
         return kiln_fail(err, "%s: type %s with rows of %lld is not supported by the CUDA backend", w->name,
@@ -77,11 +116,11 @@ static void place_all(kiln_cuda_model *cm, const kiln_weights *w, upload *u) {
         kiln_cuda_layer *d = &cm->layers[l];
         d->attn_norm = put(u, &t[KILN_ROLE_ATTN_NORM]);
         d->ffn_norm = put(u, &t[KILN_ROLE_FFN_NORM]);
-        d->bq = put(u, &t[KILN_ROLE_BQ]);
-        d->bk = put(u, &t[KILN_ROLE_BK]);
+        d->bq = put_qk(cm, u, &t[KILN_ROLE_BQ], NULL);
+        d->bk = put_qk(cm, u, &t[KILN_ROLE_BK], NULL);
         d->bv = put(u, &t[KILN_ROLE_BV]);
-        d->wq = put_matrix(u, &t[KILN_ROLE_WQ]);
-        d->wk = put_matrix(u, &t[KILN_ROLE_WK]);
+        put_qk(cm, u, &t[KILN_ROLE_WQ], &d->wq);
+        put_qk(cm, u, &t[KILN_ROLE_WK], &d->wk);
         d->wv = put_matrix(u, &t[KILN_ROLE_WV]);
         d->wo = put_matrix(u, &t[KILN_ROLE_WO]);
         d->gate = put_matrix(u, &t[KILN_ROLE_FFN_GATE]);
@@ -107,6 +146,9 @@ int kiln_cuda_model_load(const kiln_config *cfg, const kiln_weights *w, kiln_cud
         return kiln_fail(err, "out of memory");
     }
     cm->cfg = *cfg;
+    /* NeoX pairs as neighbouring dims on the device (executor.h says why) */
+    if (cfg->rope_style == KILN_ROPE_NEOX && cfg->head_dim % 2 == 0 && cfg->rope_dim % 2 == 0)
+        cm->qk_interleaved = true, cm->cfg.rope_style = KILN_ROPE_NORMAL;
     const char *debug = getenv("KILN_GPU_DEBUG");
     if (debug && strcmp(debug, "0") && debug[0]) cm->host = w;
     upload sizing = {NULL, 0, NULL, 0, cudaSuccess};

@@ -177,19 +177,35 @@ static bool check_model(const char *path) {
     return ok;
 }
 
-/* The first model of KILN_CUDA_TEST_MODELS into path; skips the test without a GPU or a model. */
-static void first_test_model(char *path, size_t size) {
+/* Every model of KILN_CUDA_TEST_MODELS through check, which prints what it finds: whether all passed. */
+static bool each_test_model(bool (*check)(const char *path)) {
+    char *copy = strdup(getenv("KILN_CUDA_TEST_MODELS")), *save = NULL;
+    bool ok = copy != NULL;
+    for (char *p = ok ? strtok_r(copy, " ", &save) : NULL; p; p = strtok_r(NULL, " ", &save)) ok = check(p) && ok;
+    free(copy);
+    return ok;
+}
+
+/* Skips the test without a GPU or test models. */
+static void need_test_models(void) {
     if (!gpu_present()) skip();
     const char *list = getenv("KILN_CUDA_TEST_MODELS");
-    if (!list || !*list) skip();
-    snprintf(path, size, "%s", list);
+    if (!list || !*list) {
+        fprintf(stderr, "KILN_CUDA_TEST_MODELS is not set (tests/cuda/make_model.py makes models): skipped\n");
+        skip();
+    }
+}
+
+/* The first model of KILN_CUDA_TEST_MODELS into path; skips the test without a GPU or a model. */
+static void first_test_model(char *path, size_t size) {
+    need_test_models();
+    snprintf(path, size, "%s", getenv("KILN_CUDA_TEST_MODELS"));
     strtok(path, " ");
 }
 
-/* KILN_GPU_DEBUG=1 on the first model: a prompt, decode steps and greedy steps, every op within its bound. */
-static void test_debug(void **state) {
-    char path[4096];
-    first_test_model(path, sizeof path);
+/* KILN_GPU_DEBUG=1: a prompt, decode steps and greedy steps, every op within its bound (on a NeoX model, against
+ * the CPU's Q/K in the device's interleaved order). */
+static bool check_debug(const char *path) {
     kiln_error err = {{0}};
     kiln_gguf *g = NULL;
     kiln_config cfg;
@@ -207,12 +223,18 @@ static void test_debug(void **state) {
         kiln_cuda_eval(ctx, tokens + N_PROMPT - 2, 1, N_PROMPT - 2, NULL, &err) ||
         kiln_cuda_generate_greedy(ctx, tokens[N_PROMPT - 1], N_PROMPT - 1, 4, gen, &err))
         fail_msg("%s", err.msg);
-    assert_false(kiln_cuda_context_uses_graph(ctx));
-    assert_int_equal(kiln_cuda_context_debug_diverged(ctx), 0);
+    bool ok = !kiln_cuda_context_uses_graph(ctx) && !kiln_cuda_context_debug_diverged(ctx);
+    fprintf(stderr, "%s: KILN_GPU_DEBUG %s\n", path, ok ? "every op within its bound" : "diverged");
     kiln_cuda_context_free(ctx);
     kiln_cuda_model_free(cm);
     kiln_weights_free(&w);
     kiln_gguf_close(g);
+    return ok;
+}
+
+static void test_debug(void **state) {
+    need_test_models();
+    assert_true(each_test_model(check_debug));
 }
 
 /* Decode steps on both sides of the first span boundary (positions 127 and 128: the step built for 128 positions,
@@ -237,25 +259,13 @@ static bool check_span_boundary(const char *path) {
 }
 
 static void test_span_boundary(void **state) {
-    if (!gpu_present()) skip();
-    const char *list = getenv("KILN_CUDA_TEST_MODELS");
-    if (!list || !*list) skip();
-    char *copy = strdup(list), *save = NULL;
-    bool ok = true;
-    for (char *p = strtok_r(copy, " ", &save); p; p = strtok_r(NULL, " ", &save)) ok = check_span_boundary(p) && ok;
-    free(copy);
-    assert_true(ok);
+    need_test_models();
+    assert_true(each_test_model(check_span_boundary));
 }
 
 static void test_models(void **state) {
-    if (!gpu_present()) skip();
-    const char *list = getenv("KILN_CUDA_TEST_MODELS");
-    if (!list || !*list) {
-        fprintf(stderr, "KILN_CUDA_TEST_MODELS is not set (tests/cuda/make_model.py makes models): skipped\n");
-        skip();
-    }
+    need_test_models();
     rng_seed();
-    char *copy = strdup(list), *save = NULL;
     bool ok = true;
     /* each model through a kernel per op (the default), the same with the norms done by the residual GEMVs (opt-in)
      * and through the persistent decode step */
@@ -263,11 +273,9 @@ static void test_models(void **state) {
         {NULL, NULL}, {"KILN_CUDA_FUSE", "3"}, {"KILN_CUDA_PERSISTENT", "1"}};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         if (paths[i].name) setenv(paths[i].name, paths[i].value, 1);
-        strcpy(copy, list);
-        for (char *p = strtok_r(copy, " ", &save); p; p = strtok_r(NULL, " ", &save)) ok = check_model(p) && ok;
+        ok = each_test_model(check_model) && ok;
         if (paths[i].name) unsetenv(paths[i].name);
     }
-    free(copy);
     assert_true(ok);
 }
 
