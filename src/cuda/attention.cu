@@ -3,7 +3,8 @@
  * head_dim/32 dims), and a second kernel merges the slices with their running maxima. Splitting keeps every SM
  * busy when one token has few heads but a long context; one token in one slice needs no merge (its block writes the
  * head's output). Query token t of a batch sees positions 0..*d_pos + t, which makes the same kernels the causal
- * attention of a prefill batch. The one-launch decode form also does the rope stage's work and the merge. */
+ * attention of a short prefill batch (longer ones: attention_prefill.cu). The one-launch decode form also does the
+ * rope stage's work and the merge. */
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
 
@@ -29,85 +30,12 @@ __global__ void attn_merge_kernel(kiln_cuda_attn_args a, const float *part, floa
                  (int64_t)n_tokens * a.n_head * hd);
 }
 
-/* Causal attention of a prompt batch: a block takes 16 query tokens of one head and walks the positions in chunks of
- * 32, staged in shared memory once for all 16 queries (the per-token kernel above reads them once per query). Four
- * threads share a query, each owning a quarter of the dims; its score is summed over the four with two shuffles
- * inside the group, whose lanes always agree on the loop bounds. */
-#define PREFILL_QUERIES 16
-#define PREFILL_CHUNK 32
-
-template <int HD>
-__global__ void __launch_bounds__(4 * PREFILL_QUERIES)
-    attn_prefill_kernel(kiln_cuda_attn_args a, const float *q, const __half *k_cache, const __half *v_cache,
-                        const int32_t *d_pos, int n_tokens, float *out) {
-    constexpr int DS = HD / 4;
-    __shared__ __align__(16) __half ks[PREFILL_CHUNK * HD], vs[PREFILL_CHUNK * HD];
-    int head = blockIdx.x, t0 = blockIdx.y * PREFILL_QUERIES;
-    int qi = threadIdx.x >> 2, s = threadIdx.x & 3, lane = threadIdx.x & 31;
-    unsigned group = 0xFu << (lane & ~3);
-    int t = t0 + qi, pos0 = *d_pos;
-    bool active = t < n_tokens;
-    int last = pos0 + (active ? t : -1 - pos0);  /* the last position this query sees (-1: none) */
-    int tile_last = pos0 + min(t0 + PREFILL_QUERIES, n_tokens) - 1;
-    int kvh = head / (a.n_head / a.n_head_kv);
-    const __half *kb = k_cache + (int64_t)kvh * a.n_ctx * HD, *vb = v_cache + (int64_t)kvh * a.n_ctx * HD;
-    float qr[DS], acc[DS];
-    const float *qh = q + ((int64_t)(active ? t : 0) * a.n_head + head) * HD + s * DS;
-#pragma unroll
-    for (int d = 0; d < DS; d++) qr[d] = qh[d], acc[d] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    for (int p0 = 0; p0 <= tile_last; p0 += PREFILL_CHUNK) {
-        __syncthreads(); /* the previous chunk is no longer read */
-        for (int i = threadIdx.x; i < PREFILL_CHUNK * HD / 8; i += 4 * PREFILL_QUERIES) {
-            bool in = p0 + i * 8 / HD <= tile_last;
-            uint4 zero = make_uint4(0, 0, 0, 0);
-            ((uint4 *)ks)[i] = in ? ((const uint4 *)(kb + (int64_t)p0 * HD))[i] : zero;
-            ((uint4 *)vs)[i] = in ? ((const uint4 *)(vb + (int64_t)p0 * HD))[i] : zero;
-        }
-        __syncthreads();
-        int n = min(PREFILL_CHUNK, last - p0 + 1);
-        for (int j = 0; j < n; j++) {
-            const __half2 *kr = (const __half2 *)(ks + j * HD + s * DS);
-            float sc = 0.0f;
-#pragma unroll
-            for (int d = 0; d < DS / 2; d++) {
-                float2 kf = __half22float2(kr[d]);
-                sc += qr[2 * d] * kf.x + qr[2 * d + 1] * kf.y;
-            }
-            sc += __shfl_xor_sync(group, sc, 1);
-            sc += __shfl_xor_sync(group, sc, 2);
-            float m_new = fmaxf(m, sc);
-            float corr = expf(m - m_new), w = expf(sc - m_new);
-            const __half2 *vr = (const __half2 *)(vs + j * HD + s * DS);
-#pragma unroll
-            for (int d = 0; d < DS / 2; d++) {
-                float2 vf = __half22float2(vr[d]);
-                acc[2 * d] = acc[2 * d] * corr + w * vf.x;
-                acc[2 * d + 1] = acc[2 * d + 1] * corr + w * vf.y;
-            }
-            l = l * corr + w;
-            m = m_new;
-        }
-    }
-    if (!active) return;
-    float *o = out + ((int64_t)t * a.n_head + head) * HD + s * DS;
-#pragma unroll
-    for (int d = 0; d < DS; d++) o[d] = acc[d] / l;
-}
-
 extern "C" int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache,
                                    const void *v_cache, const int32_t *d_pos, int n_tokens, float *part, float *out,
                                    void *out_q, cudaStream_t stream) {
     const __half *kc = (const __half *)k_cache, *vc = (const __half *)v_cache;
-    if (n_tokens >= KILN_CUDA_PREFILL_ATTENTION_MIN && !out_q) {
-        dim3 pgrid(a->n_head, (n_tokens + PREFILL_QUERIES - 1) / PREFILL_QUERIES);
-        switch (a->head_dim) {
-        case 64: attn_prefill_kernel<64><<<pgrid, 4 * PREFILL_QUERIES, 0, stream>>>(*a, q, kc, vc, d_pos, n_tokens, out); return 0;
-        case 128: attn_prefill_kernel<128><<<pgrid, 4 * PREFILL_QUERIES, 0, stream>>>(*a, q, kc, vc, d_pos, n_tokens, out); return 0;
-        case 256: attn_prefill_kernel<256><<<pgrid, 4 * PREFILL_QUERIES, 0, stream>>>(*a, q, kc, vc, d_pos, n_tokens, out); return 0;
-        default: return -1;
-        }
-    }
+    if (n_tokens >= KILN_CUDA_PREFILL_ATTENTION_MIN && !out_q)
+        return kiln_cuda_attention_prefill(a, q, k_cache, v_cache, d_pos, n_tokens, out, stream);
     dim3 grid(a->n_head, a->n_split, n_tokens);
     /* one token in one slice: each head's block writes its output (and Q8_1) itself, no merge launch */
     bool whole = n_tokens == 1 && a->n_split == 1;

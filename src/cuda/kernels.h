@@ -133,8 +133,11 @@ int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float *q, const v
  * slices into out [n_tokens][n_head * head_dim], and when out_q is non-NULL also into its Q8_1 form (the output
  * projection's input, quantized without another launch). One token in one slice (n_split 1) has no merge: each
  * head's block writes out (and out_q) itself. head_dim must be 64, 128 or 256. Batches of
- * KILN_CUDA_PREFILL_ATTENTION_MIN tokens or more (without out_q) take a tiled kernel instead, which needs no part. */
-#define KILN_CUDA_PREFILL_ATTENTION_MIN 256 /* H100: slower than per-token at 128 tokens, 3-13% faster pp512 */
+ * KILN_CUDA_PREFILL_ATTENTION_MIN tokens or more (without out_q) take kiln_cuda_attention_prefill instead, which
+ * needs no part. */
+/* H100 (bench_cuda_attention): on tensor cores, faster than the per-token kernels from 64 tokens (11.1 against 12.6 us
+ * at qwen2-1.5b's shape, 12.8 against 21.6 at llama3-8b's) */
+#define KILN_CUDA_PREFILL_ATTENTION_MIN 64
 
 /* The decode step's split: up to KILN_CUDA_DECODE_SPLITS slices per head, each of at least
  * KILN_CUDA_DECODE_MIN_CHUNK positions, so the split grows with the context (one slice up to 32 positions, 4 at 128,
@@ -165,6 +168,12 @@ typedef struct kiln_cuda_attn_args {
 int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,
                         const int32_t *d_pos, int n_tokens, float *part, float *out, void *out_q,
                         cudaStream_t stream);
+
+/* The causal attention of a prompt batch (as kiln_cuda_attention's, into out only) by a tiled kernel: flash
+ * attention on tensor cores (F16 operands, F32 sums) for head_dim 64 and 128, F32 FMA for 256 or where
+ * KILN_CUDA_PREFILL_MMA=0 (attention_prefill.cu). */
+int kiln_cuda_attention_prefill(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,
+                                const int32_t *d_pos, int n_tokens, float *out, cudaStream_t stream);
 
 /* The attention of one decode token in one launch: the rope stage's work (biases, rotation, q scale, the k and v
  * rows into the cache at *d_pos) and kiln_cuda_attention's split and merge, the merge done by the last block of each

@@ -258,6 +258,30 @@ static bool check_span_boundary(const char *path) {
     return ok;
 }
 
+/* A prompt of LONG_PROMPT tokens in one batch, so its attention takes the tiled kernels (tensor cores, F16 q and
+ * probabilities: attention_prefill.cu), then decode steps that read the cache it wrote: logits within the bounds. */
+#define LONG_PROMPT (KILN_CUDA_PREFILL_ATTENTION_MIN + 44)
+#define LONG_DECODE 3
+
+static bool check_long_prompt(const char *path) {
+    both_sides m;
+    open_both(path, LONG_PROMPT + LONG_DECODE, LONG_PROMPT, &m);
+    int32_t tokens[LONG_PROMPT + LONG_DECODE];
+    for (int i = 0; i < LONG_PROMPT + LONG_DECODE; i++)
+        tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (m.cfg.n_vocab - 1));
+    double e_prompt, e_decode = prompt_then_decode(&m, tokens, LONG_PROMPT, LONG_DECODE, &e_prompt);
+    double pb = prefill_bound(&m.w), db = decode_bound(&m.w);
+    fprintf(stderr, "%s: a %d-token prompt in one batch: logits rel err %.2e (bound %.0e), then decode %.2e (%.0e)\n",
+            path, LONG_PROMPT, e_prompt, pb, e_decode, db);
+    close_both(&m);
+    return e_prompt < pb && e_decode < db;
+}
+
+static void test_long_prompt(void **state) {
+    need_test_models();
+    assert_true(each_test_model(check_long_prompt));
+}
+
 static void test_span_boundary(void **state) {
     need_test_models();
     assert_true(each_test_model(check_span_boundary));
@@ -311,6 +335,7 @@ static void test_best_logits(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_models), cmocka_unit_test(test_span_boundary),
+                                       cmocka_unit_test(test_long_prompt),
                                        cmocka_unit_test(test_debug), cmocka_unit_test(test_best_logits)};
     return cmocka_run_group_tests_name("cuda_model", tests, NULL, NULL);
 }
