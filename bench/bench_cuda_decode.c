@@ -143,6 +143,25 @@ static int set_variant(const char *spec, saved_env *s) {
     return s->n > 0 ? 0 : -1;
 }
 
+/* The prompt on ctx under a setting spec and under the default, alternating: for settings read at each launch. */
+static int prompt_variant(kiln_cuda_context *ctx, const int32_t *tokens, int n_prompt, float *logits,
+                          const char *spec, kiln_error *err) {
+    double pp_default[RUNS], pp_other[RUNS];
+    for (int r = -1; r < RUNS; r++) {
+        saved_env saved;
+        set_variant(spec, &saved);
+        double t0 = now();
+        int rc = kiln_cuda_eval(ctx, tokens, n_prompt, 0, logits, err);
+        double t1 = now();
+        restore_env(&saved);
+        if (rc || kiln_cuda_eval(ctx, tokens, n_prompt, 0, logits, err)) return -1;
+        if (r >= 0) pp_other[r] = n_prompt / (t1 - t0), pp_default[r] = n_prompt / (now() - t1);
+    }
+    printf("pp%d default %.0f tok/s, %s %.0f tok/s (alternating runs)\n", n_prompt, median(pp_default), spec,
+           median(pp_other));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL.gguf [n_prompt] [n_gen] [NAME=VALUE...]\n", argv[0]);
@@ -261,6 +280,10 @@ int main(int argc, char **argv) {
         }
         printf("tg%d default %.1f tok/s, %s %.1f tok/s (alternating runs)\n", n_gen, median(tg_default), variants[v],
                median(tg_other));
+        if (n_prompt > 1 && prompt_variant(ctx, tokens, n_prompt, logits, variants[v], &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
     }
     printf("profile of a decode step (eager, mean of %d):\n", PROFILED_STEPS);
     if (print_step_profile(ctx, tokens, bw, &err)) return 1;
