@@ -79,7 +79,7 @@ typedef enum kiln_device { KILN_DEVICE_CPU = 0, KILN_DEVICE_CUDA = 1, KILN_DEVIC
 typedef struct kiln_context_params {
     int n_ctx;      /* tokens of KV cache; 0: the model's training context, at most 4096 */
     int n_threads;  /* 0: physical cores */
-    int n_batch;    /* prompt tokens per matrix-matrix step; 0: 512 */
+    int n_batch;    /* prompt tokens per matrix-matrix step; 0: 512 on the CPU, 2048 on a GPU */
     bool kv_f32;    /* F32 KV cache instead of F16 */
     bool reference; /* the plain F32 reference forward pass (slow; for checking) */
     kiln_device device; /* default CPU; the CLI asks for AUTO */

@@ -119,7 +119,7 @@ void gen_opts_usage(FILE *out, int with_sampling) {
     fprintf(out, "  -m, --model PATH         GGUF file or safetensors folder (required)\n"
                  "  -t, --threads N          worker threads (default: physical cores)\n"
                  "  -c, --ctx N              context size in tokens (default: the model's, at most 4096)\n"
-                 "  -b, --batch N            prompt tokens per batched step (default 512)\n"
+                 "  -b, --batch N            prompt tokens per batched step (default 512; 2048 on a GPU)\n"
                  "  --kv-f32                 F32 KV cache (default F16)\n"
                  "  --device cpu|cuda|auto   where to run (default auto: the GPU when one answers)\n");
     if (!with_sampling) return;
