@@ -5,7 +5,8 @@
  * prompt tok/s, generated tok/s over the decode steps (all sequences), the step time, the host argmax's share and
  * the rate without it (the reference's batched bench samples nothing); then the same decode steps with each
  * sequence's best logit picked on the device (kiln_cuda_seq.best = 1, as the scheduler asks for its samplers'
- * candidates), so that no row crosses to the host.
+ * candidates), so that no row crosses to the host. With KILN_BATCH_PROFILE=1, then the per-op profile of those
+ * device-ranked decode steps (eager launches timed with events, so small ops carry their launch gaps).
  * usage: bench_cuda_batch MODEL.gguf [n_prompt=128] [n_gen=128] [M...=1 8 32 64] */
 #include <stdbool.h>
 #include <stdio.h>
@@ -79,6 +80,19 @@ static int decode_step(kiln_cuda_batch *b, run *r, int per_block, int s, bool on
     return 0;
 }
 
+/* With KILN_BATCH_PROFILE=1: the decode steps once more, device-ranked, each op timed. */
+static int profile_steps(kiln_cuda_batch *b, run *r, int per_block, kiln_error *err) {
+    const char *e = getenv("KILN_BATCH_PROFILE");
+    if (!e || atoi(e) != 1) return 0;
+    double bw = 0, ignored = 0;
+    if (kiln_cuda_measure_copy_bandwidth(&bw, err) || kiln_cuda_batch_set_profile(b, true, err)) return -1;
+    for (int s = 0; s < r->n_gen; s++)
+        if (decode_step(b, r, per_block, s, true, &ignored, err)) return -1;
+    printf("       profile of a decode step (M=%d, eager, mean of %d):\n", r->M, r->n_gen);
+    kiln_cuda_batch_profile_print(b, r->n_gen, bw, stdout);
+    return kiln_cuda_batch_set_profile(b, false, err);
+}
+
 static int bench_m(kiln_cuda_model *cm, const kiln_config *cfg, int M, int n_prompt, int n_gen) {
     int n_ctx = n_prompt + n_gen, per_block = (n_ctx + BLOCK - 1) / BLOCK;
     kiln_cuda_batch_params bp = {BLOCK, n_ctx, PREFILL_TOKENS > M ? PREFILL_TOKENS : M, M, M * per_block,
@@ -113,6 +127,7 @@ static int bench_m(kiln_cuda_model *cm, const kiln_config *cfg, int M, int n_pro
            (t2 - t1) / n_gen, argmax_ms / n_gen, tg_gpu, (double)M * n_gen / ((t2 - t0) / 1e3));
     printf("       best logit on the device: generated %8.1f tok/s (%.2f ms a step)\n",
            (double)M * n_gen / ((t3 - t2) / 1e3), (t3 - t2) / n_gen);
+    if (profile_steps(b, &r, per_block, &err)) goto done;
     fflush(stdout);
     rc = 0;
 done:

@@ -122,5 +122,10 @@ int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n
  * first, as kiln_cuda_eval_best ranks) and its window's logits, valid until the next step. */
 void kiln_cuda_batch_best(const kiln_cuda_batch *b, int row, const int32_t **ids, const float **logits,
                           const float **window_logits);
+/* Per-op profile of the steps, as kiln_cuda_context_set_profile's: while on, every op of a step is timed with
+ * events (the "argmax" row holds the ranking and the copies back); kiln_cuda_batch_profile_print writes the sums
+ * since profiling was turned on, divided by n_steps. */
+int kiln_cuda_batch_set_profile(kiln_cuda_batch *b, bool on, kiln_error *err);
+void kiln_cuda_batch_profile_print(const kiln_cuda_batch *b, int n_steps, double copy_bw, FILE *out);
 
 #endif

@@ -2,6 +2,8 @@
 #ifndef KILN_CUDA_EXECUTOR_H
 #define KILN_CUDA_EXECUTOR_H
 
+#include <stdio.h>
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -64,6 +66,13 @@ typedef struct kiln_cuda_profile {
 
 /* The context's profile while profiling is on, else NULL. */
 kiln_cuda_profile *kiln_cuda_context_profile(kiln_cuda_context *ctx);
+
+/* A profile with its events created (NULL and err set on failure); freeing takes NULL. */
+kiln_cuda_profile *kiln_cuda_profile_new(kiln_error *err);
+void kiln_cuda_profile_free(kiln_cuda_profile *p);
+
+/* Time, weight bytes and share of copy_bw per op of p, over n_steps passes (what kiln_cuda_profile_print writes). */
+void kiln_cuda_profile_write(const kiln_cuda_profile *p, int n_steps, double copy_bw, FILE *out);
 
 /* Marks the start of op (the end of the previous one); KILN_OP_COUNT closes the pass. No-op without a profile. */
 void kiln_cuda_profile_mark(kiln_cuda_profile *p, kiln_cuda_op op, uint64_t bytes, cudaStream_t stream);

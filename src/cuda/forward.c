@@ -251,30 +251,20 @@ kiln_cuda_profile *kiln_cuda_context_profile(kiln_cuda_context *c) { return c->p
 static void free_profile(kiln_cuda_context *c) {
     cudaFree(c->d_stamps);
     c->d_stamps = NULL;
-    if (!c->prof) return;
-    for (int i = 0; i < KILN_PROFILE_MARKS; i++)
-        if (c->prof->ev[i]) cudaEventDestroy(c->prof->ev[i]);
-    free(c->prof);
+    kiln_cuda_profile_free(c->prof);
     c->prof = NULL;
 }
 
 int kiln_cuda_context_set_profile(kiln_cuda_context *c, bool on, kiln_error *err) {
     free_profile(c);
     if (!on) return 0;
-    if (!(c->prof = calloc(1, sizeof *c->prof))) return kiln_fail(err, "out of memory");
+    if (!(c->prof = kiln_cuda_profile_new(err))) return -1;
     if (c->d_layers) {
         size_t n = 1 + (size_t)KILN_CUDA_DECODE_STAGES * c->cm->cfg.n_layer;
         cudaError_t e = cudaMalloc((void **)&c->d_stamps, sizeof(unsigned long long) * n);
         if (e != cudaSuccess) {
             free_profile(c);
             return cuda_error(err, "allocating profile stamps", e);
-        }
-    }
-    for (int i = 0; i < KILN_PROFILE_MARKS; i++) {
-        cudaError_t e = cudaEventCreate(&c->prof->ev[i]);
-        if (e != cudaSuccess) {
-            free_profile(c);
-            return cuda_error(err, "creating profile events", e);
         }
     }
     return 0;

@@ -36,7 +36,15 @@ struct kiln_cuda_batch {
     int32_t *d_best, *h_best;
     int step_best;           /* the largest best of the step (the rows' stride in the results) */
     int *window_at;          /* [max_seqs]: where each row's window logits start */
+    kiln_cuda_profile *prof; /* while profiling: every op of a step timed */
 };
+
+/* The start of op, which reads `bytes` of weights: a profile boundary (no-op while not profiling). */
+static void mark(kiln_cuda_batch *b, kiln_cuda_op op, uint64_t bytes) {
+    kiln_cuda_profile_mark(b->prof, op, bytes, b->stream);
+}
+
+static uint64_t mbytes(const kiln_cuda_matrix *m) { return (uint64_t)m->row_bytes * (uint64_t)m->n; }
 
 #define BATCH_BEST_INTS(b) (4 * (size_t)(b)->max_seqs * KILN_CUDA_TOP_K_MAX)
 
@@ -145,7 +153,18 @@ void kiln_cuda_batch_free(kiln_cuda_batch *b) {
     free(b->window_at);
     if (b->h_logits) cudaFreeHost(b->h_logits);
     if (b->stream) cudaStreamDestroy(b->stream);
+    kiln_cuda_profile_free(b->prof);
     free(b);
+}
+
+int kiln_cuda_batch_set_profile(kiln_cuda_batch *b, bool on, kiln_error *err) {
+    kiln_cuda_profile_free(b->prof);
+    b->prof = on ? kiln_cuda_profile_new(err) : NULL;
+    return on && !b->prof ? -1 : 0;
+}
+
+void kiln_cuda_batch_profile_print(const kiln_cuda_batch *b, int n_steps, double copy_bw, FILE *out) {
+    kiln_cuda_profile_write(b->prof, n_steps, copy_bw, out);
 }
 
 /* Where the inputs of a step sit in d_io / h_io. */
@@ -208,10 +227,12 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     const kiln_cuda_layer *L = &b->cm->layers[l];
     bool any_q = kiln_cuda_type_uses_q8_1(L->wq.type) || kiln_cuda_type_uses_q8_1(L->wk.type) ||
                  kiln_cuda_type_uses_q8_1(L->wv.type);
+    mark(b, KILN_OP_NORM, 0);
     kiln_cuda_rmsnorm(b->x, NULL, L->attn_norm, b->h, any_q ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps,
                       b->stream);
     const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
     float *ys[3] = {b->q, b->k, b->v};
+    mark(b, KILN_OP_QKV, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
     if (kiln_cuda_gemv_batch_multi(ms, ys, 3, b->act_q, b->h, T, b->stream)) return -1;
     size_t layer_cache = block_bytes(cfg, b->block_size) / (size_t)cfg->n_layer * (size_t)b->n_blocks;
     uint8_t *kc = (uint8_t *)b->k_cache + (size_t)l * layer_cache;
@@ -219,15 +240,20 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     kiln_cuda_paged_args pa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, b->block_size,
                                cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim),
                                b->cm->rope_freq};
+    mark(b, KILN_OP_ROPE, 0);
     kiln_cuda_rope_store_paged(&pa, b->q, b->k, b->v, L->bq, L->bk, L->bv, kc, vc, d->pos, d->slot, T, b->stream);
     const void *attn_q = q8_or_null(b, &L->wo);
+    mark(b, KILN_OP_ATTENTION, 0);
     if (kiln_cuda_attention_paged(&pa, b->q, kc, vc, d->pos, d->tables, d->table_off, T, b->part, b->attn,
-                                  (void *)attn_q, b->stream) ||
-        residual(b, &L->wo, b->attn, attn_q != NULL, T))
+                                  (void *)attn_q, b->stream))
         return -1;
+    mark(b, KILN_OP_WO, mbytes(&L->wo));
+    if (residual(b, &L->wo, b->attn, attn_q != NULL, T)) return -1;
 
     const void *hq = q8_or_null(b, &L->gate);
+    mark(b, KILN_OP_NORM, 0);
     kiln_cuda_rmsnorm(b->x, NULL, L->ffn_norm, b->h, (void *)hq, cfg->n_embd, T, cfg->rms_eps, b->stream);
+    mark(b, KILN_OP_GATE_UP, mbytes(&L->gate) + mbytes(&L->up));
     if (L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes) {
         if (kiln_cuda_gemv_batch_swiglu(&L->gate, &L->up, hq, b->h, T, b->ff, b->stream)) return -1;
     } else {
@@ -238,16 +264,19 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
             return -1;
         kiln_cuda_swiglu(b->ff, b->ff2, b->ff, (int64_t)T * cfg->n_ff, b->stream);
     }
+    mark(b, KILN_OP_DOWN, mbytes(&L->down));
     return residual(b, &L->down, b->ff, false, T);
 }
 
 static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {
     kiln_cuda_model *cm = b->cm;
     const kiln_config *cfg = &cm->cfg;
+    mark(b, KILN_OP_EMBED, 0);
     if (kiln_cuda_get_rows(&cm->token_embd, d->tokens, T, b->x, b->stream)) return -1;
     for (int l = 0; l < cfg->n_layer; l++)
         if (layer(b, l, d, T)) return -1;
     if (!R) return 0;
+    mark(b, KILN_OP_HEAD, mbytes(&cm->output));
     float *last = b->ff; /* the rows that want logits, packed */
     kiln_cuda_gather_rows(b->x, d->rows, R, cfg->n_embd, last, b->stream);
     const void *hq = q8_or_null(b, &cm->output);
@@ -332,11 +361,14 @@ int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n
     if (e != cudaSuccess) return cuda_error(err, "copying a step's inputs", e);
     step_io d = io_at(b, b->d_io);
     if (forward(b, &d, T, R)) return kiln_fail(err, "batched GPU step: a kernel rejected its arguments");
+    mark(b, KILN_OP_ARGMAX, 0); /* the ranking and the copies back */
     if (queue_best(b, seqs, n_seqs, R, err)) return -1;
     e = queue_rows(b, seqs, n_seqs);
+    mark(b, KILN_OP_COUNT, 0);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
     if (e != cudaSuccess) return cuda_error(err, "batched GPU step", e);
+    kiln_cuda_profile_collect(b->prof);
     if (logits) *logits = b->h_logits;
     return 0;
 }

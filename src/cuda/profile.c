@@ -33,8 +33,35 @@ void kiln_cuda_profile_add(kiln_cuda_profile *p, kiln_cuda_op op, double ms, uin
     p->total_bytes[op] += (double)bytes;
 }
 
+kiln_cuda_profile *kiln_cuda_profile_new(kiln_error *err) {
+    kiln_cuda_profile *p = calloc(1, sizeof *p);
+    if (!p) {
+        kiln_fail(err, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < KILN_PROFILE_MARKS; i++) {
+        cudaError_t e = cudaEventCreate(&p->ev[i]);
+        if (e != cudaSuccess) {
+            kiln_fail(err, "CUDA creating profile events: %s", cudaGetErrorString(e));
+            kiln_cuda_profile_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void kiln_cuda_profile_free(kiln_cuda_profile *p) {
+    if (!p) return;
+    for (int i = 0; i < KILN_PROFILE_MARKS; i++)
+        if (p->ev[i]) cudaEventDestroy(p->ev[i]);
+    free(p);
+}
+
 void kiln_cuda_profile_print(kiln_cuda_context *ctx, int n_steps, double copy_bw, FILE *out) {
-    const kiln_cuda_profile *p = kiln_cuda_context_profile(ctx);
+    kiln_cuda_profile_write(kiln_cuda_context_profile(ctx), n_steps, copy_bw, out);
+}
+
+void kiln_cuda_profile_write(const kiln_cuda_profile *p, int n_steps, double copy_bw, FILE *out) {
     if (!p || n_steps < 1) return;
     double total_ms = 0, total_bytes = 0;
     for (int i = 0; i < KILN_OP_COUNT; i++) total_ms += p->ms[i], total_bytes += p->total_bytes[i];
