@@ -78,6 +78,18 @@ __device__ __forceinline__ bool arrive_last(unsigned *counter, unsigned expected
 
 static inline int div_up(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
+/* The device's SM count, 0 where it cannot be read. */
+static inline int sm_count() {
+    static int sms = -1;
+    if (sms < 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms = 0;
+    }
+    return sms;
+}
+
 /* Programmatic dependent launch (Hopper and later). A decode step is ~10 small kernels a layer, each waiting for the
  * last; a kernel started by launch_pdl may be scheduled while its predecessor still runs, so its launch and block
  * start-up overlap the predecessor's tail. Each such kernel waits (griddepcontrol.wait) until the previous kernel

@@ -421,18 +421,6 @@ static int launch_float(const kiln_cuda_matrix *m, const uint8_t *w_up, const fl
     }
 }
 
-/* The device's SM count, 0 where it cannot be read. */
-static int sm_count() {
-    static int sms = -1;
-    if (sms < 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            sms = 0;
-    }
-    return sms;
-}
-
 /* Blocks of KERNEL that the GPU holds at once: the first wave, whose early prefetch lands before their loads; later
  * blocks start as earlier ones finish and would only ask for what they are about to load. */
 template <auto KERNEL>

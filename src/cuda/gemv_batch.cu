@@ -5,6 +5,8 @@
  *
  * Batch invariance: vector j's result is summed in the same order whatever the batch size or j's place in it, so a
  * sequence's output does not depend on who shares the step. */
+#include <stdlib.h>
+
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels_batch.h"
 #include "cuda/quant_unpack.cuh"
@@ -47,6 +49,16 @@ __device__ __forceinline__ void store(float *y, int64_t i, float v, bool accumul
 #define MMA_TILES 8 /* n-tiles of 8 vectors */
 #define MMA_VEC (8 * MMA_TILES)
 #define MMA_WARPS 8
+/* Launches of fewer row blocks than the GPU has SMs (qwen2-1.5b's output and down projections: 96 blocks of 16 rows)
+ * take 16 warps a block instead, each half the row's parts: twice the warps at work on the SMs they have. Chosen by
+ * the matrix alone, so a vector's sums keep one order whatever the batch. Without SwiGLU only (its partial sums
+ * would pass 48 KB of shared memory). KILN_CUDA_BATCH_WIDE=0 never takes it (read at each launch, for comparisons). */
+#define MMA_WARPS_WIDE 16
+
+static bool wide_blocks(int row_blocks) {
+    const char *e = getenv("KILN_CUDA_BATCH_WIDE");
+    return row_blocks < sm_count() && !(e && atoi(e) == 0);
+}
 #define ONES 0x01010101
 
 /* Formats whose part has one scale and one offset (d[0] == d[1], m[0] == m[1]). */
@@ -121,10 +133,10 @@ __device__ __forceinline__ void mma_part(float acc[4], const kpart &lo, const kp
     }
 }
 
-/* Block: MMA_WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of MMA_VEC vectors. With SWIGLU,
+/* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of MMA_VEC vectors. With SWIGLU,
  * w[0] is the gate and w[1] the up matrix, and y[0] receives silu(gate x) * (up x). */
-template <class F, bool SWIGLU>
-__global__ void __launch_bounds__(32 * MMA_WARPS)
+template <class F, bool SWIGLU, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS)
     gemv_batch_mma_kernel(batch_job job, int n_parts, const void *xq, int n_vec) {
     pdl_wait_and_release();
     int n_groups = (n_vec + MMA_VEC - 1) / MMA_VEC;
@@ -148,7 +160,7 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
     for (int t = 0; t < MMA_TILES; t++)
 #pragma unroll
         for (int i = 0; i < 4; i++) a[t][i] = b[t][i] = 0.0f;
-    int per_warp = (n_parts + MMA_WARPS - 1) / MMA_WARPS;
+    int per_warp = (n_parts + WARPS - 1) / WARPS;
     int u_end = min(n_parts, (warp + 1) * per_warp);
     for (int u = warp * per_warp; u < u_end; u++) {
         kpart lo, hi, ulo, uhi;
@@ -187,8 +199,8 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
             if (SWIGLU) mma_part<F>(b[t], ulo, uhi, ua, x0, x1, tk, dx0, dx1);
         }
     }
-    /* the warps' partial sums: the upper half's go to the lower half, then the lower four add in warp order */
-    constexpr int HALF = MMA_WARPS / 2;
+    /* the warps' partial sums: the upper half's go to the lower half, then the lower half's add in warp order */
+    constexpr int HALF = WARPS / 2;
     __shared__ float part[SWIGLU ? 2 : 1][HALF][MMA_TILES][4][32];
     if (warp >= HALF)
 #pragma unroll
@@ -208,7 +220,7 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
                 if (SWIGLU) part[SWIGLU ? 1 : 0][warp][t][i][lane] += b[t][i];
             }
     __syncthreads();
-    for (int e = warp; e < MMA_TILES * 4; e += MMA_WARPS) {
+    for (int e = warp; e < MMA_TILES * 4; e += WARPS) {
         int t = e / 4, i = e % 4;
         int row = row0 + g + (i >= 2 ? 8 : 0), v = t * 8 + 2 * c + (i & 1);
         if (row >= n || v >= nv) continue;
@@ -270,7 +282,7 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
                         const float *xf, int n_vec, bool accumulate, cudaStream_t stream) {
     const kiln_cuda_matrix *m0 = ms[0];
     bool quant = kiln_cuda_type_uses_q8_1(m0->type);
-    int warps = quant ? MMA_WARPS : F_WARPS, rows_per_block = quant ? MMA_ROWS : F_WARPS;
+    int rows_per_block = quant ? MMA_ROWS : F_WARPS;
     batch_job job = {};
     job.n_mats = n_mats;
     job.accumulate = accumulate;
@@ -283,14 +295,17 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         if (!SWIGLU || i == 0) row_blocks += div_up(ms[i]->n, rows_per_block);
     }
     int grid = row_blocks * div_up(n_vec, quant ? MMA_VEC : BATCH_GROUP);
-    dim3 block(32, warps);
+    bool wide = !SWIGLU && wide_blocks(row_blocks);
+    dim3 block(32, quant ? (wide ? MMA_WARPS_WIDE : MMA_WARPS) : F_WARPS);
     int n_parts = m0->k / 32;
     switch (m0->type) {
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
         for (int i = 0; i < n_mats; i++)                                                                               \
             job.w[i] = qtensor{(const uint8_t *)ms[i]->data, (int64_t)ms[i]->n * (n_parts / F::parts)};                \
-        launch_pdl(gemv_batch_mma_kernel<F, SWIGLU>, grid, block, stream, job, n_parts, xq, n_vec);                   \
+        if (wide) launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE>, grid, block, stream, job, n_parts, xq,  \
+                             n_vec);                                                                                   \
+        else launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS>, grid, block, stream, job, n_parts, xq, n_vec);   \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X

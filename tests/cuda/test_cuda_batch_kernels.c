@@ -63,8 +63,9 @@ static float *download(const float *d, size_t n) {
 
 /* y = W x_j for 83 vectors (a full group of 64 and a partial one, its last tile partial too), against the double
  * reference, then vector j alone: the same bits. */
-static void check_gemv_batch(kiln_type type, bool swiglu) {
-    const int k = 512, n = 37, n_vec = 83, alone = 70;
+/* n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8). */
+static void check_gemv_batch(kiln_type type, bool swiglu, int n) {
+    const int k = 512, n_vec = 83, alone = 70;
     bool quantized = kiln_cuda_type_uses_q8_1(type);
     float *deq, *deq_up = NULL;
     uint8_t *w = random_rows(type, k, n, &deq), *w_up = swiglu ? random_rows(type, k, n, &deq_up) : NULL;
@@ -84,8 +85,8 @@ static void check_gemv_batch(kiln_type type, bool swiglu) {
             ref[(size_t)j * n + r] = swiglu ? a / (1 + exp(-a)) * b : a;
         }
     double e = rel_err(y, ref, (size_t)n * n_vec);
-    fprintf(stderr, "gemv_batch%s %-5s %d vectors rel err %.2e\n", swiglu ? "+swiglu" : "", kiln_type_name(type), n_vec,
-            e);
+    fprintf(stderr, "gemv_batch%s %-5s %d rows, %d vectors rel err %.2e\n", swiglu ? "+swiglu" : "",
+            kiln_type_name(type), n, n_vec, e);
     assert_true(e < 1e-5);
 
     batch_input one = {NULL, NULL, in.dx + (size_t)alone * k, gpu_alloc(Q8_1_BYTES(k))};
@@ -106,14 +107,16 @@ static const kiln_type TYPES[] = {KILN_TYPE_Q4_0, KILN_TYPE_Q4_1, KILN_TYPE_Q5_0
 
 static void test_gemv_batch(void **state) {
     SKIP_WITHOUT_GPU();
-    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_gemv_batch(TYPES[i], false);
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_gemv_batch(TYPES[i], false, 37);
+    check_gemv_batch(KILN_TYPE_Q4_K, false, 4800);
+    check_gemv_batch(KILN_TYPE_Q6_K, false, 4800);
 }
 
 static void test_gemv_batch_swiglu(void **state) {
     SKIP_WITHOUT_GPU();
-    check_gemv_batch(KILN_TYPE_Q4_K, true);
-    check_gemv_batch(KILN_TYPE_Q8_0, true);
-    check_gemv_batch(KILN_TYPE_F16, true);
+    check_gemv_batch(KILN_TYPE_Q4_K, true, 37);
+    check_gemv_batch(KILN_TYPE_Q8_0, true, 37);
+    check_gemv_batch(KILN_TYPE_F16, true, 37);
 }
 
 /* Three matrices of different heights in one launch, with the residual accumulate of a single one after. */
