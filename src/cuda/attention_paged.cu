@@ -30,6 +30,11 @@ __global__ void rope_store_paged_kernel(kiln_cuda_paged_args a, float *q, const 
     rope_store_head(a, head, t, pos, q, k, v, bq, bk, bv, k_cache + row, v_cache + row);
 }
 
+/* Positions a warp takes in one round (every PAGED_WARPS-th of its slice): their table entries, then their K and V
+ * rows, are all loaded before the first is used, and their scores reduced together, so a round costs two memory
+ * round trips where a position at a time cost two a position (its row's table entry, then its rows). */
+#define PAGED_AHEAD 8
+
 /* part per (token, head, slice): max, sum, then head_dim accumulators. */
 template <int HD>
 __global__ void __launch_bounds__(32 * PAGED_WARPS)
@@ -51,20 +56,43 @@ __global__ void __launch_bounds__(32 * PAGED_WARPS)
 #pragma unroll
     for (int d = 0; d < D; d++) qr[d] = qh[lane * D + d], acc[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int p = begin + warp; p < end; p += PAGED_WARPS) {
-        int64_t row = paged_row(a, table[p / a.block_size], kvh, p % a.block_size) + lane * D;
-        const __half *kr = k_cache + row;
-        float s = 0.0f;
+    for (int p0 = begin + warp; p0 < end; p0 += PAGED_WARPS * PAGED_AHEAD) {
+        int blk[PAGED_AHEAD];
 #pragma unroll
-        for (int d = 0; d < D; d++) s += qr[d] * __half2float(kr[d]);
-        s = warp_sum(s);
-        float m_new = fmaxf(m, s);
-        float corr = expf(m - m_new), w = expf(s - m_new);
-        const __half *vr = v_cache + row;
+        for (int i = 0; i < PAGED_AHEAD; i++) {
+            int p = p0 + i * PAGED_WARPS;
+            blk[i] = p < end ? table[p / a.block_size] : 0;
+        }
+        halves<D> kf[PAGED_AHEAD] = {}, vf[PAGED_AHEAD] = {}; /* zeros past the slice: scored, never used */
 #pragma unroll
-        for (int d = 0; d < D; d++) acc[d] = acc[d] * corr + w * __half2float(vr[d]);
-        l = l * corr + w;
-        m = m_new;
+        for (int i = 0; i < PAGED_AHEAD; i++) {
+            int p = p0 + i * PAGED_WARPS;
+            if (p >= end) continue;
+            int64_t row = paged_row(a, blk[i], kvh, p % a.block_size) + lane * D;
+            kf[i] = load_halves<D>(k_cache + row), vf[i] = load_halves<D>(v_cache + row);
+        }
+        float s[PAGED_AHEAD], mx = m;
+#pragma unroll
+        for (int i = 0; i < PAGED_AHEAD; i++) {
+            float v = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++) v += qr[d] * half_at<D>(kf[i], d);
+            s[i] = warp_sum(v);
+            if (p0 + i * PAGED_WARPS < end) mx = fmaxf(mx, s[i]);
+        }
+        float corr = expf(m - mx); /* 0 on the first round (m = -inf) */
+        l *= corr;
+#pragma unroll
+        for (int d = 0; d < D; d++) acc[d] *= corr;
+#pragma unroll
+        for (int i = 0; i < PAGED_AHEAD; i++) {
+            if (p0 + i * PAGED_WARPS >= end) continue;
+            float w = expf(s[i] - mx);
+            l += w;
+#pragma unroll
+            for (int d = 0; d < D; d++) acc[d] += w * half_at<D>(vf[i], d);
+        }
+        m = mx;
     }
 
     float *out = part + (((int64_t)t * a.n_head + head) * KILN_CUDA_DECODE_SPLITS + split) * (HD + 2);
@@ -107,10 +135,14 @@ extern "C" void kiln_cuda_rope_store_paged(const kiln_cuda_paged_args *a, float 
 
 extern "C" int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, const void *k_cache,
                                          const void *v_cache, const int32_t *d_pos, const int32_t *d_tables,
-                                         const int32_t *d_table_off, int n_tokens, float *part, float *out,
-                                         void *out_q, cudaStream_t stream) {
+                                         const int32_t *d_table_off, int n_tokens, int max_n_pos, float *part,
+                                         float *out, void *out_q, cudaStream_t stream) {
     const __half *kc = (const __half *)k_cache, *vc = (const __half *)v_cache;
-    dim3 grid(a->n_head, KILN_CUDA_DECODE_SPLITS, n_tokens);
+    /* a token of n positions has at most n / KILN_CUDA_DECODE_MIN_CHUNK slices (rounded up); blocks past its own
+     * still leave at once, but a grid of every possible slice was mostly such blocks at short contexts */
+    int splits = div_up(max_n_pos, KILN_CUDA_DECODE_MIN_CHUNK);
+    splits = splits < 1 ? 1 : splits > KILN_CUDA_DECODE_SPLITS ? KILN_CUDA_DECODE_SPLITS : splits;
+    dim3 grid(a->n_head, splits, n_tokens);
     switch (a->head_dim) {
 #define X(HD)                                                                                                          \
     case HD:                                                                                                           \

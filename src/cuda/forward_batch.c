@@ -35,6 +35,7 @@ struct kiln_cuda_batch {
     void *top_scratch;
     int32_t *d_best, *h_best;
     int step_best;           /* the largest best of the step (the rows' stride in the results) */
+    int step_positions;      /* the most positions a token of the step sees */
     int *window_at;          /* [max_seqs]: where each row's window logits start */
     kiln_cuda_profile *prof; /* while profiling: every op of a step timed */
 };
@@ -182,6 +183,7 @@ static int pack_inputs(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs
                        kiln_error *err) {
     step_io h = io_at(b, b->h_io);
     int T = 0, R = 0, n_tab = 0, bs = b->block_size;
+    b->step_positions = 0;
     for (int s = 0; s < n_seqs; s++) {
         const kiln_cuda_seq *q = &seqs[s];
         if (q->n < 1 || q->pos < 0 || q->pos + q->n > b->n_ctx)
@@ -206,6 +208,7 @@ static int pack_inputs(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs
             h.table_off[T] = n_tab;
         }
         if (q->logits) h.rows[R++] = T - 1;
+        if (q->pos + q->n > b->step_positions) b->step_positions = q->pos + q->n;
         n_tab += n_blk;
     }
     *n_tokens = T, *n_rows = R;
@@ -244,7 +247,8 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     kiln_cuda_rope_store_paged(&pa, b->q, b->k, b->v, L->bq, L->bk, L->bv, kc, vc, d->pos, d->slot, T, b->stream);
     const void *attn_q = q8_or_null(b, &L->wo);
     mark(b, KILN_OP_ATTENTION, 0);
-    if (kiln_cuda_attention_paged(&pa, b->q, kc, vc, d->pos, d->tables, d->table_off, T, b->part, b->attn,
+    if (kiln_cuda_attention_paged(&pa, b->q, kc, vc, d->pos, d->tables, d->table_off, T, b->step_positions,
+                                  b->part, b->attn,
                                   (void *)attn_q, b->stream))
         return -1;
     mark(b, KILN_OP_WO, mbytes(&L->wo));
