@@ -135,10 +135,10 @@ __device__ __forceinline__ void load_q_fragments(const kiln_cuda_attn_args &a, c
 
 /* Copies of positions p0 .. p0 + PREFILL_MMA_KV - 1 of K and V into shared memory (rows of STRIDE halves), zeros
  * past last, issued as one cp.async group that the caller waits for. */
-template <int HD, int STRIDE, int WARPS>
+template <int HD, int STRIDE>
 __device__ __forceinline__ void stage_kv(const __half *kb, const __half *vb, int p0, int last, __half *ks, __half *vs) {
     constexpr int ROW_CHUNKS = HD / 8;
-    for (int i = threadIdx.x; i < PREFILL_MMA_KV * ROW_CHUNKS; i += 32 * WARPS) {
+    for (int i = threadIdx.x; i < PREFILL_MMA_KV * ROW_CHUNKS; i += 32 * PREFILL_MMA_WARPS) {
         int r = i / ROW_CHUNKS, c = 8 * (i % ROW_CHUNKS);
         bool in = p0 + r <= last;
         int64_t at = in ? (int64_t)(p0 + r) * HD + c : 0; /* a source in bounds; none of it is read when !in */
@@ -236,11 +236,11 @@ __host__ __device__ constexpr int chunk_halves() {
     return 2 * PREFILL_MMA_KV * (HD + 8);
 }
 
-template <int HD, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS)
+template <int HD>
+__global__ void __launch_bounds__(32 * PREFILL_MMA_WARPS)
     attn_prefill_mma_kernel(kiln_cuda_attn_args a, const float *q, const __half *k_cache, const __half *v_cache,
                             const int32_t *d_pos, int n_tokens, float *out) {
-    constexpr int STRIDE = HD + 8, BLOCK_QUERIES = 16 * WARPS;
+    constexpr int STRIDE = HD + 8, BLOCK_QUERIES = 16 * PREFILL_MMA_WARPS;
     extern __shared__ __align__(16) __half staged[]; /* two buffers of chunk_halves: K rows, then V rows */
     int head = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = 2 * (lane & 3);
     int t_block = (gridDim.y - 1 - blockIdx.y) * BLOCK_QUERIES, t_warp = t_block + 16 * warp;
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     int kvh = head / (a.n_head / a.n_head_kv);
     const __half *kb = k_cache + (int64_t)kvh * a.n_ctx * HD, *vb = v_cache + (int64_t)kvh * a.n_ctx * HD;
 
-    stage_kv<HD, STRIDE, WARPS>(kb, vb, 0, block_last, staged, staged + chunk_halves<HD>() / 2);
+    stage_kv<HD, STRIDE>(kb, vb, 0, block_last, staged, staged + chunk_halves<HD>() / 2);
     uint32_t qf[HD / 16][4];
     load_q_fragments<HD>(a, q, t_warp, n_tokens, head, qf);
     float o[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(32 * WARPS)
         const __half *ks = staged + buf * chunk_halves<HD>(), *vs = ks + chunk_halves<HD>() / 2;
         if (p0 + PREFILL_MMA_KV <= block_last) { /* the next chunk into the other buffer, read two barriers ago */
             __half *next = staged + (buf ^ 1) * chunk_halves<HD>();
-            stage_kv<HD, STRIDE, WARPS>(kb, vb, p0 + PREFILL_MMA_KV, block_last, next, next + chunk_halves<HD>() / 2);
+            stage_kv<HD, STRIDE>(kb, vb, p0 + PREFILL_MMA_KV, block_last, next, next + chunk_halves<HD>() / 2);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -296,17 +296,17 @@ static bool prefill_mma() {
     return !e || atoi(e) != 0;
 }
 
-template <int HD, int WARPS>
+template <int HD>
 static int launch_mma(const kiln_cuda_attn_args *a, const float *q, const __half *kc, const __half *vc,
                       const int32_t *d_pos, int n_tokens, float *out, cudaStream_t stream) {
-    auto kernel = attn_prefill_mma_kernel<HD, WARPS>;
+    auto kernel = attn_prefill_mma_kernel<HD>;
     size_t smem = 2 * sizeof(__half) * chunk_halves<HD>();
     static bool sized = false; /* more than the 48 KB a launch gets unasked: once per instantiation */
     if (!sized && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return -1;
     sized = true;
-    dim3 grid(a->n_head, div_up(n_tokens, 16 * WARPS));
-    kernel<<<grid, 32 * WARPS, smem, stream>>>(*a, q, kc, vc, d_pos, n_tokens, out);
+    dim3 grid(a->n_head, div_up(n_tokens, 16 * PREFILL_MMA_WARPS));
+    kernel<<<grid, 32 * PREFILL_MMA_WARPS, smem, stream>>>(*a, q, kc, vc, d_pos, n_tokens, out);
     return 0;
 }
 
@@ -315,8 +315,8 @@ extern "C" int kiln_cuda_attention_prefill(const kiln_cuda_attn_args *a, const f
                                            cudaStream_t stream) {
     const __half *kc = (const __half *)k_cache, *vc = (const __half *)v_cache;
     bool mma = prefill_mma() && (a->head_dim == 64 || a->head_dim == 128);
-    if (mma && a->head_dim == 64) return launch_mma<64, PREFILL_MMA_WARPS>(a, q, kc, vc, d_pos, n_tokens, out, stream);
-    if (mma) return launch_mma<128, PREFILL_MMA_WARPS>(a, q, kc, vc, d_pos, n_tokens, out, stream);
+    if (mma && a->head_dim == 64) return launch_mma<64>(a, q, kc, vc, d_pos, n_tokens, out, stream);
+    if (mma) return launch_mma<128>(a, q, kc, vc, d_pos, n_tokens, out, stream);
     dim3 grid(a->n_head, div_up(n_tokens, PREFILL_QUERIES));
     switch (a->head_dim) {
 #define FMA(HD) attn_prefill_fma_kernel<HD><<<grid, 4 * PREFILL_QUERIES, 0, stream>>>(*a, q, kc, vc, d_pos, n_tokens, out)

@@ -34,6 +34,9 @@ struct kiln_cuda_model {
     const kiln_weights *host; /* KILN_GPU_DEBUG=1 at load: the host weights, kept for the per-op checks */
 };
 
+/* Bytes of m's weights: what a pass over it reads (the profiles' bandwidth figures). */
+static inline uint64_t mbytes(const kiln_cuda_matrix *m) { return (uint64_t)m->row_bytes * (uint64_t)m->n; }
+
 /* The file's index of the Q or K vector element that is element e in the device's order (e unless qk_interleaved). */
 int kiln_cuda_qk_source(const kiln_cuda_model *cm, int e);
 

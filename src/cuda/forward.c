@@ -71,7 +71,6 @@ struct kiln_cuda_context {
     bool debug_pass;         /* the pass running now is checked (one token) */
 };
 
-static uint64_t mbytes(const kiln_cuda_matrix *m) { return (uint64_t)m->row_bytes * (uint64_t)m->n; }
 
 /* The start of op in layer: a profile boundary, and a checkpoint under KILN_GPU_DEBUG. */
 static void mark(kiln_cuda_context *c, kiln_cuda_op op, int layer, uint64_t bytes, bool greedy) {

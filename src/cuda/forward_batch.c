@@ -45,8 +45,6 @@ static void mark(kiln_cuda_batch *b, kiln_cuda_op op, uint64_t bytes) {
     kiln_cuda_profile_mark(b->prof, op, bytes, b->stream);
 }
 
-static uint64_t mbytes(const kiln_cuda_matrix *m) { return (uint64_t)m->row_bytes * (uint64_t)m->n; }
-
 #define BATCH_BEST_INTS(b) (4 * (size_t)(b)->max_seqs * KILN_CUDA_TOP_K_MAX)
 
 static int cuda_error(kiln_error *err, const char *what, cudaError_t e) {
@@ -248,8 +246,7 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     const void *attn_q = q8_or_null(b, &L->wo);
     mark(b, KILN_OP_ATTENTION, 0);
     if (kiln_cuda_attention_paged(&pa, b->q, kc, vc, d->pos, d->tables, d->table_off, T, b->step_positions,
-                                  b->part, b->attn,
-                                  (void *)attn_q, b->stream))
+                                  b->part, b->attn, (void *)attn_q, b->stream))
         return -1;
     mark(b, KILN_OP_WO, mbytes(&L->wo));
     if (residual(b, &L->wo, b->attn, attn_q != NULL, T)) return -1;

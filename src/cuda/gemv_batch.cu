@@ -52,14 +52,19 @@ __device__ __forceinline__ void store(float *y, int64_t i, float v, bool accumul
 /* Launches of fewer row blocks than the GPU has SMs (qwen2-1.5b's output and down projections: 96 blocks of 16 rows)
  * take 16 warps a block instead, each half the row's parts: twice the warps at work on the SMs they have. Chosen by
  * the matrix alone, so a vector's sums keep one order whatever the batch. Without SwiGLU only (its partial sums
- * would pass 48 KB of shared memory). KILN_CUDA_BATCH_WIDE=0 never takes it (read at each launch, for comparisons). */
+ * would pass 48 KB of shared memory). KILN_CUDA_BATCH_WIDE=0 never takes it (read once, for comparisons: the
+ * batched step launches eagerly, so an environment read at each launch would be a few hundred a step). */
 #define MMA_WARPS_WIDE 16
+#define ONES 0x01010101
 
 static bool wide_blocks(int row_blocks) {
-    const char *e = getenv("KILN_CUDA_BATCH_WIDE");
-    return row_blocks < sm_count() && !(e && atoi(e) == 0);
+    static int allowed = -1;
+    if (allowed < 0) {
+        const char *e = getenv("KILN_CUDA_BATCH_WIDE");
+        allowed = !(e && atoi(e) == 0);
+    }
+    return allowed && row_blocks < sm_count();
 }
-#define ONES 0x01010101
 
 /* Formats whose part has one scale and one offset (d[0] == d[1], m[0] == m[1]). */
 template <class F> struct one_scale { static constexpr bool value = false; };
