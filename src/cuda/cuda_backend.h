@@ -126,6 +126,9 @@ void kiln_cuda_batch_best(const kiln_cuda_batch *b, int row, const int32_t **ids
  * events (the "argmax" row holds the ranking and the copies back); kiln_cuda_batch_profile_print writes the sums
  * since profiling was turned on, divided by n_steps. */
 int kiln_cuda_batch_set_profile(kiln_cuda_batch *b, bool on, kiln_error *err);
+/* Steps of decode tokens alone replay CUDA graphs (on by default; KILN_CUDA_BATCH_GRAPH=0 turns them off when a batch
+ * is made); off: every step launches its kernels one by one (for comparisons and tests). */
+void kiln_cuda_batch_set_graphs(kiln_cuda_batch *b, bool on);
 void kiln_cuda_batch_profile_print(const kiln_cuda_batch *b, int n_steps, double copy_bw, FILE *out);
 
 #endif

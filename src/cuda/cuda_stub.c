@@ -78,4 +78,6 @@ void kiln_cuda_batch_best(const kiln_cuda_batch *b, int row, const int32_t **ids
 
 int kiln_cuda_batch_set_profile(kiln_cuda_batch *b, bool on, kiln_error *err) { return no_cuda(err); }
 
+void kiln_cuda_batch_set_graphs(kiln_cuda_batch *b, bool on) {}
+
 void kiln_cuda_batch_profile_print(const kiln_cuda_batch *b, int n_steps, double copy_bw, FILE *out) {}

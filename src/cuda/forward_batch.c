@@ -17,6 +17,20 @@
 
 #define Q8_1_BYTES 36 /* one Q8_1 block per 32 activations */
 
+/* Steps of decode tokens alone (one a sequence, each wanting its logits), up to GRAPH_MAX_TOKENS of them, replay a
+ * CUDA graph of the step captured for their count: eager, every launch costs the host a few microseconds and the
+ * GPU waits between them (qwen2-1.5b, one sequence: 2.4 ms a step of ~340 launches). The attention's grid follows
+ * the step's longest token; a graph is built for a span instead, the first of 128, 256, 512, ... (up to n_ctx) that
+ * holds it, and captured again when the span grows. Each token's own slices do not depend on the grid, so a graph
+ * gives the bits eager launches give. KILN_CUDA_BATCH_GRAPH=0 (read when a batch is made) keeps every step eager. */
+#define GRAPH_MAX_TOKENS 64
+#define FIRST_SPAN 128
+
+typedef struct step_graph {
+    cudaGraphExec_t exec;
+    int span; /* the positions it was captured for */
+} step_graph;
+
 struct kiln_cuda_batch {
     kiln_cuda_model *cm;
     int n_blocks, block_size, n_ctx, max_tokens, max_seqs, max_table;
@@ -37,7 +51,9 @@ struct kiln_cuda_batch {
     int step_best;           /* the largest best of the step (the rows' stride in the results) */
     int step_positions;      /* the most positions a token of the step sees */
     int *window_at;          /* [max_seqs]: where each row's window logits start */
-    kiln_cuda_profile *prof; /* while profiling: every op of a step timed */
+    kiln_cuda_profile *prof; /* while profiling: every op of a step timed, no graph */
+    step_graph graphs[GRAPH_MAX_TOKENS + 1]; /* by the step's token count */
+    bool graphs_off;         /* eager launches only: asked for, or a capture failed */
 };
 
 /* The start of op, which reads `bytes` of weights: a profile boundary (no-op while not profiling). */
@@ -125,6 +141,8 @@ int kiln_cuda_batch_new(kiln_cuda_model *cm, const kiln_cuda_batch_params *p, ki
     b->cm = cm;
     b->block_size = p->block_size, b->n_ctx = p->n_ctx, b->max_tokens = p->max_tokens, b->max_seqs = p->max_seqs;
     b->max_table = (p->n_ctx + p->block_size - 1) / p->block_size;
+    const char *graph_env = getenv("KILN_CUDA_BATCH_GRAPH");
+    b->graphs_off = graph_env && atoi(graph_env) == 0;
     cudaError_t e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = alloc_buffers(b);
     if (e != cudaSuccess) {
@@ -153,8 +171,12 @@ void kiln_cuda_batch_free(kiln_cuda_batch *b) {
     if (b->h_logits) cudaFreeHost(b->h_logits);
     if (b->stream) cudaStreamDestroy(b->stream);
     kiln_cuda_profile_free(b->prof);
+    for (int t = 0; t <= GRAPH_MAX_TOKENS; t++)
+        if (b->graphs[t].exec) cudaGraphExecDestroy(b->graphs[t].exec);
     free(b);
 }
+
+void kiln_cuda_batch_set_graphs(kiln_cuda_batch *b, bool on) { b->graphs_off = !on; }
 
 int kiln_cuda_batch_set_profile(kiln_cuda_batch *b, bool on, kiln_error *err) {
     kiln_cuda_profile_free(b->prof);
@@ -285,6 +307,48 @@ static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {
     return kiln_cuda_gemv_batch(&cm->output, hq, b->h, R, b->logits, false, b->stream);
 }
 
+/* The span (FIRST_SPAN) that holds n positions. */
+static int span_of(const kiln_cuda_batch *b, int n) {
+    int64_t span = FIRST_SPAN;
+    while (span < n) span *= 2;
+    return span < b->n_ctx ? (int)span : b->n_ctx;
+}
+
+/* Captures the step of T decode tokens for span (b->step_positions set to it) into graphs[T]; false (said once,
+ * graphs off from then on) when capture fails. */
+static bool capture_step(kiln_cuda_batch *b, const step_io *d, int T, int span) {
+    step_graph *sg = &b->graphs[T];
+    if (sg->exec) cudaGraphExecDestroy(sg->exec);
+    sg->exec = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
+    int rc = e == cudaSuccess ? forward(b, d, T, T) : -1;
+    cudaError_t end = e == cudaSuccess ? cudaStreamEndCapture(b->stream, &g) : e;
+    if (e == cudaSuccess) e = end;
+    if (e == cudaSuccess && rc == 0) e = cudaGraphInstantiate(&sg->exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e == cudaSuccess && rc == 0) {
+        sg->span = span;
+        return true;
+    }
+    fprintf(stderr, "kiln: CUDA graph capture of a batched step failed (%s): eager launches from now on\n",
+            e != cudaSuccess ? cudaGetErrorString(e) : "a kernel rejected its arguments");
+    cudaGetLastError();
+    sg->exec = NULL;
+    b->graphs_off = true;
+    return false;
+}
+
+/* The step's launches: its graph where it takes one (GRAPH_MAX_TOKENS), else eager. */
+static int run_step(kiln_cuda_batch *b, const step_io *d, int n_seqs, int T, int R) {
+    if (b->prof || b->graphs_off || T != n_seqs || R != T || T > GRAPH_MAX_TOKENS) return forward(b, d, T, R);
+    int span = span_of(b, b->step_positions);
+    step_graph *sg = &b->graphs[T];
+    b->step_positions = span;
+    if ((!sg->exec || sg->span != span) && !capture_step(b, d, T, span)) return forward(b, d, T, R);
+    return cudaGraphLaunch(sg->exec, b->stream) == cudaSuccess ? 0 : -1;
+}
+
 /* The rows' best logits and window logits (kiln_cuda_seq.best), queued: ranked over every row at the step's largest
  * best, the windows gathered by row * n_vocab + id, both copied to h_best. */
 static int queue_best(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, int R, kiln_error *err) {
@@ -361,7 +425,7 @@ int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n
     cudaError_t e = cudaMemcpyAsync(b->d_io, b->h_io, sizeof(int32_t) * used, cudaMemcpyHostToDevice, b->stream);
     if (e != cudaSuccess) return cuda_error(err, "copying a step's inputs", e);
     step_io d = io_at(b, b->d_io);
-    if (forward(b, &d, T, R)) return kiln_fail(err, "batched GPU step: a kernel rejected its arguments");
+    if (run_step(b, &d, n_seqs, T, R)) return kiln_fail(err, "batched GPU step: a kernel rejected its arguments");
     mark(b, KILN_OP_ARGMAX, 0); /* the ranking and the copies back */
     if (queue_best(b, seqs, n_seqs, R, err)) return -1;
     e = queue_rows(b, seqs, n_seqs);

@@ -1,7 +1,8 @@
 /* The batched GPU step on whole models. kiln_cuda_forward_batch: three sequences joining at different steps (prompt
  * chunks beside decode tokens, shuffled block tables) give the logits of the single-sequence GPU path
  * (kiln_cuda_eval, one token at a time) within a bound, and one sequence run alone gives the same bits as among
- * the others, and a step asking for a sequence's best logits gets that row's ranking. The scheduler on the GPU: a
+ * the others, the same bits from a replayed graph as from eager launches, and a step asking for a sequence's best
+ * logits gets that row's ranking. The scheduler on the GPU: a
  * greedy or seeded sampled request gives the same tokens alone and with others running, also
  * when its prompt start comes from the prefix cache.
  * Models: KILN_CUDA_TEST_MODELS (random-weight GGUFs, tests/cuda/make_model.py) for the forward, and
@@ -98,15 +99,17 @@ static bool check_model(const char *path) {
     kiln_config cfg;
     kiln_weights w = {0};
     kiln_cuda_model *cm = NULL;
-    kiln_cuda_batch *batch = NULL, *alone = NULL;
+    kiln_cuda_batch *batch = NULL, *alone = NULL, *eager = NULL;
     kiln_cuda_context *ctx[N_SEQ] = {0};
     if (kiln_gguf_open(path, &g, &err) || kiln_config_load(g, &cfg, &err) || kiln_weights_load(g, &cfg, &w, &err) ||
         kiln_cuda_model_load(&cfg, &w, &cm, &err))
         fail_msg("%s: %s", path, err.msg);
     const int n_blocks = 24;
     kiln_cuda_batch_params bp = {BLOCK, N_CTX, 64, N_SEQ, n_blocks, n_blocks};
-    if (kiln_cuda_batch_new(cm, &bp, &batch, &err) || kiln_cuda_batch_new(cm, &bp, &alone, &err))
+    if (kiln_cuda_batch_new(cm, &bp, &batch, &err) || kiln_cuda_batch_new(cm, &bp, &alone, &err) ||
+        kiln_cuda_batch_new(cm, &bp, &eager, &err))
         fail_msg("%s: %s", path, err.msg);
+    kiln_cuda_batch_set_graphs(eager, false);
     for (int i = 0; i < N_SEQ; i++)
         if (kiln_cuda_context_new(cm, N_CTX, 8, &ctx[i], &err)) fail_msg("%s", err.msg);
     /* sequence 0 starts with a 20-token prompt; 1 joins at step 2 with 33 tokens; 2 at step 5 with one token */
@@ -128,7 +131,7 @@ static bool check_model(const char *path) {
     int nv = cfg.n_vocab;
     float *ref = malloc(sizeof(float) * nv), *mine = malloc(sizeof(float) * nv * N_SEQ);
     double worst = 0;
-    bool invariant = true;
+    bool invariant = true, graph_same = true;
     const int all[N_SEQ] = {0, 1, 2}, first[1] = {0};
     for (int step = 0; step < N_STEPS; step++) {
         kiln_cuda_seq in[N_SEQ], in1[1];
@@ -139,6 +142,10 @@ static bool check_model(const char *path) {
         int n1 = plan_step(s_alone, first, 1, step, in1);
         if (kiln_cuda_forward_batch(alone, in1, n1, &logits1, &err)) fail_msg("step %d: %s", step, err.msg);
         invariant = invariant && !memcmp(logits1, mine, sizeof(float) * nv);
+        /* the lone sequence's decode steps replay a graph; the same steps launched one kernel at a time */
+        const float *logits_eager = NULL;
+        if (kiln_cuda_forward_batch(eager, in1, n1, &logits_eager, &err)) fail_msg("step %d: %s", step, err.msg);
+        graph_same = graph_same && !memcmp(logits_eager, logits1, sizeof(float) * nv);
         check_best(alone, in1, n1, logits1, nv);
         for (int i = 0, k = 0; i < N_SEQ; i++) {
             seq_plan *p = &s[i];
@@ -161,15 +168,17 @@ static bool check_model(const char *path) {
      * double reference in cuda_batch_kernels. */
     double bound = any_quantized(&w) ? 1.5e-1 : 1e-4;
     fprintf(stderr, "%s: batched step vs kiln_cuda_eval: worst logits rel err %.2e (bound %.2g); alone == among "
-            "others: %s\n", path, worst, bound, invariant ? "yes" : "NO");
+            "others: %s; graph replay == eager launches: %s\n", path, worst, bound, invariant ? "yes" : "NO",
+            graph_same ? "yes" : "NO");
     free(ref), free(mine);
     for (int i = 0; i < N_SEQ; i++) kiln_cuda_context_free(ctx[i]);
     kiln_cuda_batch_free(batch);
     kiln_cuda_batch_free(alone);
+    kiln_cuda_batch_free(eager);
     kiln_cuda_model_free(cm);
     kiln_weights_free(&w);
     kiln_gguf_close(g);
-    return worst < bound && invariant;
+    return worst < bound && invariant && graph_same;
 }
 
 static void test_forward_batch(void **state) {

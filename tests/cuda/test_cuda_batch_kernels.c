@@ -63,9 +63,10 @@ static float *download(const float *d, size_t n) {
 
 /* y = W x_j for 83 vectors (a full group of 64 and a partial one, its last tile partial too), against the double
  * reference, then vector j alone: the same bits. */
-/* n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8). */
-static void check_gemv_batch(kiln_type type, bool swiglu, int n) {
-    const int k = 512, n_vec = 83, alone = 70;
+/* n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8); k inputs: 512, or 4096
+ * (each warp's parts span two K-quant blocks). */
+static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
+    const int n_vec = 83, alone = 70;
     bool quantized = kiln_cuda_type_uses_q8_1(type);
     float *deq, *deq_up = NULL;
     uint8_t *w = random_rows(type, k, n, &deq), *w_up = swiglu ? random_rows(type, k, n, &deq_up) : NULL;
@@ -107,16 +108,19 @@ static const kiln_type TYPES[] = {KILN_TYPE_Q4_0, KILN_TYPE_Q4_1, KILN_TYPE_Q5_0
 
 static void test_gemv_batch(void **state) {
     SKIP_WITHOUT_GPU();
-    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_gemv_batch(TYPES[i], false, 37);
-    check_gemv_batch(KILN_TYPE_Q4_K, false, 4800);
-    check_gemv_batch(KILN_TYPE_Q6_K, false, 4800);
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_gemv_batch(TYPES[i], false, 37, 512);
+    check_gemv_batch(KILN_TYPE_Q4_K, false, 4800, 512);
+    check_gemv_batch(KILN_TYPE_Q6_K, false, 4800, 512);
+    check_gemv_batch(KILN_TYPE_Q4_K, false, 37, 4096);
+    check_gemv_batch(KILN_TYPE_Q6_K, false, 37, 4096);
 }
 
 static void test_gemv_batch_swiglu(void **state) {
     SKIP_WITHOUT_GPU();
-    check_gemv_batch(KILN_TYPE_Q4_K, true, 37);
-    check_gemv_batch(KILN_TYPE_Q8_0, true, 37);
-    check_gemv_batch(KILN_TYPE_F16, true, 37);
+    const kiln_type types[] = {KILN_TYPE_Q4_0, KILN_TYPE_Q8_0, KILN_TYPE_Q4_K, KILN_TYPE_Q5_K, KILN_TYPE_Q6_K,
+                               KILN_TYPE_Q3_K, KILN_TYPE_F16};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_gemv_batch(types[i], true, 37, 512);
+    check_gemv_batch(KILN_TYPE_Q4_K, true, 37, 4096);
 }
 
 /* Three matrices of different heights in one launch, with the residual accumulate of a single one after. */
