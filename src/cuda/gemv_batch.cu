@@ -1,6 +1,7 @@
 /* Matrix times several vectors for a batched step (the tokens of many sequences): each weight part is read from
  * memory and unpacked once for all the vectors of its block. Quantized weights go through int8 tensor cores
- * (gemv_batch_mma_kernel), float weights through FMA with F32 activations. Batches larger than a block's vectors run
+ * (gemv_batch_mma_kernel), or for one or two vectors over short rows through dp4a in the same order of operations
+ * (gemv_batch_small_kernel, the same bits), float weights through FMA with F32 activations. Batches larger than a block's vectors run
  * as more blocks over the same rows, placed next to each other in the grid so their weight reads meet in L2.
  *
  * Batch invariance: vector j's result is summed in the same order whatever the batch size or j's place in it, so a
@@ -109,33 +110,46 @@ __device__ __forceinline__ mma_a a_words(const kpart &lo, const kpart &hi, int c
     return {word_at(lo.q, 0, c), word_at(hi.q, 0, c), word_at(lo.q, 4, c), word_at(hi.q, 4, c)};
 }
 
+/* One part's contribution to a result before the activations' scale: the weights' scales d times the exact integer
+ * sums fs (per half, or fs[0] the whole part's for one-scale formats), plus the offsets m times the activations'
+ * sums ft. Both kernels below take it and acc = fma(value, dx, acc) in these operations (no contraction left to the
+ * compiler), so their results agree bit for bit and a vector's result does not depend on which one ran. */
+template <class F>
+__device__ __forceinline__ float part_value(const float d[2], const float m[2], const float fs[2], const float ft[2]) {
+    float r = __fmul_rn(d[0], fs[0]);
+    if (!one_scale<F>::value) r = __fmaf_rn(d[1], fs[1], r);
+    if (F::has_min) {
+        r = __fmaf_rn(m[0], ft[0], r);
+        if (!one_scale<F>::value) r = __fmaf_rn(m[1], ft[1], r);
+    }
+    return r;
+}
+
 /* acc[i] += one part's contribution to this lane's four results: rows g (i < 2) and g + 8, columns 2c and 2c + 1
  * (i & 1). x0 / x1: the B words of the halves; tk: the activation sums (per part, or per half in tk[0] / tk[1]). */
 template <class F>
 __device__ __forceinline__ void mma_part(float acc[4], const kpart &lo, const kpart &hi, const mma_a &a, int x0,
                                          int x1, const float t[2][2], float dx0, float dx1) {
     int s0[4], s1[4];
-    if (one_scale<F>::value) {
-        mma_s8<false>(s0, a.lo0, a.hi0, x0);
-        mma_s8<true>(s0, a.lo1, a.hi1, x1);
+    mma_s8<false>(s0, a.lo0, a.hi0, x0);
+    if (one_scale<F>::value) mma_s8<true>(s0, a.lo1, a.hi1, x1);
+    else mma_s8<false>(s1, a.lo1, a.hi1, x1);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const kpart &p = i < 2 ? lo : hi;
-            float r = p.d[0] * i2f(s0[i]);
-            if (F::has_min) r += p.m[0] * t[0][i & 1];
-            acc[i] += r * (i & 1 ? dx1 : dx0);
-        }
-    } else {
-        mma_s8<false>(s0, a.lo0, a.hi0, x0);
-        mma_s8<false>(s1, a.lo1, a.hi1, x1);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const kpart &p = i < 2 ? lo : hi;
-            float r = p.d[0] * i2f(s0[i]) + p.d[1] * i2f(s1[i]);
-            if (F::has_min) r += p.m[0] * t[0][i & 1] + p.m[1] * t[1][i & 1];
-            acc[i] += r * (i & 1 ? dx1 : dx0);
-        }
+    for (int i = 0; i < 4; i++) {
+        const kpart &p = i < 2 ? lo : hi;
+        float fs[2] = {i2f(s0[i]), one_scale<F>::value ? 0.0f : i2f(s1[i])}, ft[2] = {t[0][i & 1], t[1][i & 1]};
+        acc[i] = __fmaf_rn(part_value<F>(p.d, p.m, fs, ft), i & 1 ? dx1 : dx0, acc[i]);
     }
+}
+
+/* part_value of a decoded part against one vector's 32 Q8_1 values xv, its exact sums taken by dp4a. */
+template <class F>
+__device__ __forceinline__ float small_part(const kpart &p, const int xv[8], const float ft[2]) {
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) s0 = __dp4a(p.q[k], xv[k], s0), s1 = __dp4a(p.q[4 + k], xv[4 + k], s1);
+    float fs[2] = {one_scale<F>::value ? i2f(s0 + s1) : i2f(s0), i2f(s1)};
+    return part_value<F>(p.d, p.m, fs, ft);
 }
 
 /* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of MMA_VEC vectors. With SWIGLU,
@@ -240,6 +254,115 @@ __global__ void __launch_bounds__(32 * WARPS)
     }
 }
 
+/* One or two vectors (a step of one or two sequences' decode tokens) over short part ranges take int8 dp4a instead:
+ * a row's WARPS part ranges (those of gemv_batch_mma_kernel's warps for this matrix) are WARPS lanes, each a chain
+ * of its range's parts with a vector's sums over the whole part (its int32 sums are the mma's, exactly), the part
+ * values and their accumulation in part_value's operations, and the ranges' sums added in the mma kernel's order by
+ * shuffles: the results are its bits, so which kernel runs depends on nothing a result could. A block holds 16 rows x
+ * WARPS lanes, each asking for its range in L2 at the start and loading two parts ahead of their use, where a warp
+ * of the mma kernel unpacks 16 rows' parts one at a time for at least 8 vectors.
+ * Rows of up to 64 parts (2048 inputs): measured on H100 (bench_cuda_batch, decode steps replayed as graphs, best
+ * logit ranked on the device; in one call against KILN_CUDA_BATCH_SMALL=0) qwen2-1.5b (all but the down projection)
+ * at one sequence 580-588 tok/s against 472-476 (+23%), at two 1,078-1,094 against 944-946 (+14-16%). Taken more
+ * widely it lost: for up to 8 vectors qwen2-1.5b ran 1,387 and 1,657 tok/s at 4 and 8 sequences against 1,855 and
+ * 3,466 (each vector's products repeat the part's decode-and-sum chain); on all rows at one sequence llama3-8b 146
+ * against 170 (ranges of 16 and 56 parts: long chains of dependent loads on few lanes), and on its K and V
+ * projections alone (ranges of 8 parts in 16-warp blocks; 64 blocks) 165 and 313 at one and two against 171 and
+ * 337. */
+#define SMALL_VEC 2
+#define SMALL_MAX_PARTS 64
+
+/* Whether n_vec vectors over rows of n_parts parts take the small kernel; KILN_CUDA_BATCH_SMALL=0 never (read once,
+ * for comparisons). */
+static bool small_batch(int n_vec, int n_parts) {
+    static int allowed = -1;
+    if (allowed < 0) {
+        const char *e = getenv("KILN_CUDA_BATCH_SMALL");
+        allowed = !(e && atoi(e) == 0);
+    }
+    return allowed && n_vec <= SMALL_VEC && n_parts <= SMALL_MAX_PARTS;
+}
+
+template <class F, bool SWIGLU, int WARPS>
+__global__ void __launch_bounds__(MMA_ROWS * WARPS)
+    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, int n_vec) {
+    pdl_wait_and_release();
+    int rb = blockIdx.x, mi = SWIGLU ? 0 : pick(job, rb);
+    qtensor w = select3(mi, job.w[0], job.w[1], job.w[2]);
+    float *y = select3(mi, job.y[0], job.y[1], job.y[2]);
+    int n = select3(mi, job.n[0], job.n[1], job.n[2]);
+    int first = select3(mi, job.first[0], job.first[1], job.first[2]);
+    const qtensor up = job.w[1];
+    int tid = threadIdx.y * 32 + threadIdx.x, range = tid % WARPS;
+    int row = (rb - first) * MMA_ROWS + tid / WARPS;
+    int64_t base = (int64_t)min(row, n - 1) * (n_parts / F::parts);
+    int per = (n_parts + WARPS - 1) / WARPS, u0 = min(n_parts, range * per), u1 = min(n_parts, u0 + per);
+    if (u0 < u1) {
+        int64_t g0 = base + u0 / F::parts, g1 = base + (u1 + F::parts - 1) / F::parts;
+        for (int f = 0; f < F::n_fields; f++) {
+            prefetch_field<F>(w, f, g0, g1);
+            if (SWIGLU) prefetch_field<F>(up, f, g0, g1);
+        }
+    }
+    const int8_t *qs = (const int8_t *)xq;
+    const __half2 *ds = (const __half2 *)(qs + (int64_t)n_vec * n_parts * 32);
+    float a[SMALL_VEC], b[SMALL_VEC];
+#pragma unroll
+    for (int j = 0; j < SMALL_VEC; j++) a[j] = b[j] = 0.0f;
+    for (int u = u0; u < u1; u += 2) {
+        kraw ra[2], rb2[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int uc = min(u + i, u1 - 1);
+            F::load(w, base + uc / F::parts, uc % F::parts, ra[i]);
+            if (SWIGLU) F::load(up, base + uc / F::parts, uc % F::parts, rb2[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            if (u + i >= u1) break;
+            int uc = u + i;
+            kpart pa, pb;
+            F::decode(ra[i], uc % F::parts, pa);
+            if (SWIGLU) F::decode(rb2[i], uc % F::parts, pb);
+#pragma unroll
+            for (int j = 0; j < SMALL_VEC; j++) {
+                if (j >= n_vec) break;
+                int xv[8];
+                ld32b((const uint8_t *)(qs + ((int64_t)j * n_parts + uc) * 32), xv);
+                float dx = __low2float(ds[(int64_t)j * n_parts + uc]);
+                float ft[2] = {0.0f, 0.0f};
+                if (F::has_min) {
+                    int t0 = 0, t1 = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) t0 = __dp4a(ONES, xv[k], t0), t1 = __dp4a(ONES, xv[4 + k], t1);
+                    if (one_scale<F>::value) ft[0] = i2f(t0 + t1);
+                    else ft[0] = i2f(t0), ft[1] = i2f(t1);
+                }
+                a[j] = __fmaf_rn(small_part<F>(pa, xv, ft), dx, a[j]);
+                if (SWIGLU) b[j] = __fmaf_rn(small_part<F>(pb, xv, ft), dx, b[j]);
+            }
+        }
+    }
+    /* the ranges' sums as the mma kernel adds its warps': range k + HALF's and range k's, then those in order */
+    constexpr int HALF = WARPS / 2;
+#pragma unroll
+    for (int j = 0; j < SMALL_VEC; j++) {
+        if (j >= n_vec) break;
+        float pa = __shfl_down_sync(0xffffffffu, a[j], HALF, WARPS) + a[j];
+        float pb = SWIGLU ? __shfl_down_sync(0xffffffffu, b[j], HALF, WARPS) + b[j] : 0.0f;
+        float va = 0.0f, vb = 0.0f;
+#pragma unroll
+        for (int k = 0; k < HALF; k++) {
+            va += __shfl_sync(0xffffffffu, pa, k, WARPS);
+            if (SWIGLU) vb += __shfl_sync(0xffffffffu, pb, k, WARPS);
+        }
+        if (range != 0 || row >= n) continue;
+        int64_t at = (int64_t)j * n + row;
+        if (SWIGLU) y[at] = silu(va) * vb;
+        else store(y, at, va, job.accumulate);
+    }
+}
+
 /* Float weights with F32 activations: one row per warp, eight weights per lane and step. */
 template <kiln_type T, bool SWIGLU>
 __global__ void __launch_bounds__(32 * F_WARPS)
@@ -300,16 +423,24 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         if (!SWIGLU || i == 0) row_blocks += div_up(ms[i]->n, rows_per_block);
     }
     int grid = row_blocks * div_up(n_vec, quant ? MMA_VEC : BATCH_GROUP);
-    bool wide = !SWIGLU && wide_blocks(row_blocks);
+    bool wide = !SWIGLU && wide_blocks(row_blocks), small = quant && small_batch(n_vec, m0->k / 32);
     dim3 block(32, quant ? (wide ? MMA_WARPS_WIDE : MMA_WARPS) : F_WARPS);
+    /* the small kernel: 16 rows x the mma kernel's warps (as lanes) a block */
+    dim3 small_block(32, MMA_ROWS * (wide ? MMA_WARPS_WIDE : MMA_WARPS) / 32);
     int n_parts = m0->k / 32;
     switch (m0->type) {
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
         for (int i = 0; i < n_mats; i++)                                                                               \
             job.w[i] = qtensor{(const uint8_t *)ms[i]->data, (int64_t)ms[i]->n * (n_parts / F::parts)};                \
-        if (wide) launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE>, grid, block, stream, job, n_parts, xq,  \
-                             n_vec);                                                                                   \
+        if (small && wide)                                                                                             \
+            launch_pdl(gemv_batch_small_kernel<F, false, MMA_WARPS_WIDE>, row_blocks, small_block, stream, job,        \
+                       n_parts, xq, n_vec);                                                                            \
+        else if (small)                                                                                                \
+            launch_pdl(gemv_batch_small_kernel<F, SWIGLU, MMA_WARPS>, row_blocks, small_block, stream, job, n_parts,   \
+                       xq, n_vec);                                                                                     \
+        else if (wide)                                                                                                 \
+            launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE>, grid, block, stream, job, n_parts, xq, n_vec); \
         else launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS>, grid, block, stream, job, n_parts, xq, n_vec);   \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)

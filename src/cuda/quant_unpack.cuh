@@ -520,15 +520,21 @@ __device__ __forceinline__ q8_1_view q8_1_at(const void *buf, int64_t n) {
     return v;
 }
 
+/* Field f of blocks [g0, g1) of t into L2 (f past the format's fields: nothing). */
+template <class F, int FIELD = 0>
+__device__ __forceinline__ void prefetch_field(const qtensor &t, int f, int64_t g0, int64_t g1, int64_t soa_off = 0) {
+    constexpr int size = F::fields[FIELD].size;
+    const uint8_t *base = t.base + soa_off * t.n_blocks;
+    if (f == FIELD) prefetch_l2(base + g0 * size, base + g1 * size);
+    if constexpr (FIELD + 1 < F::n_fields) prefetch_field<F, FIELD + 1>(t, f, g0, g1, soa_off + size);
+}
+
 /* Blocks [g0, g1) of t into L2, field by field (each field's blocks are consecutive bytes), lane f asking for field
  * f. A GEMV's warps ask for the start of their rows this way before waiting for the previous kernel (programmatic
  * dependent launch): the weights do not depend on it, so their first bytes come from DRAM while it finishes. */
-template <class F, int FIELD = 0>
-__device__ __forceinline__ void prefetch_blocks(const qtensor &t, int64_t g0, int64_t g1, int64_t soa_off = 0) {
-    constexpr int size = F::fields[FIELD].size;
-    const uint8_t *f = t.base + soa_off * t.n_blocks;
-    if ((threadIdx.x & 31) == FIELD) prefetch_l2(f + g0 * size, f + g1 * size);
-    if constexpr (FIELD + 1 < F::n_fields) prefetch_blocks<F, FIELD + 1>(t, g0, g1, soa_off + size);
+template <class F>
+__device__ __forceinline__ void prefetch_blocks(const qtensor &t, int64_t g0, int64_t g1) {
+    prefetch_field<F>(t, threadIdx.x & 31, g0, g1);
 }
 
 /* Dot product of a loaded part with Q8_1 block u of x: int8 dp4a per half, scales applied once per half. */
