@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     }
 }
 
-/* One or two vectors (a step of one or two sequences' decode tokens) over short part ranges take int8 dp4a instead:
+/* One or two vectors (a step of one or two sequences' decode tokens) over the rows small_batch picks take dp4a:
  * a row's WARPS part ranges (those of gemv_batch_mma_kernel's warps for this matrix) are WARPS lanes, each a chain
  * of its range's parts with a vector's sums over the whole part (its int32 sums are the mma's, exactly), the part
  * values and their accumulation in part_value's operations, and the ranges' sums added in the mma kernel's order by
@@ -263,26 +263,31 @@ __global__ void __launch_bounds__(32 * WARPS)
  * WARPS lanes, each asking for its range in L2 before the PDL wait (the weights do not depend on the kernel before;
  * +12-13% at one and two sequences on qwen2-1.5b against asking after it) and loading two parts ahead of their use,
  * where a warp of the mma kernel unpacks 16 rows' parts one at a time for at least 8 vectors.
- * Rows of up to 64 parts (2048 inputs): measured on H100 (bench_cuda_batch, decode steps replayed as graphs, best
- * logit ranked on the device; in one call against KILN_CUDA_BATCH_SMALL=0) qwen2-1.5b (all but the down projection)
- * at one sequence 580-588 tok/s against 472-476 (+23%), at two 1,078-1,094 against 944-946 (+14-16%). Taken more
- * widely it lost: for up to 8 vectors qwen2-1.5b ran 1,387 and 1,657 tok/s at 4 and 8 sequences against 1,855 and
- * 3,466 (each vector's products repeat the part's decode-and-sum chain); on all rows at one sequence llama3-8b 146
- * against 170 (ranges of 16 and 56 parts: long chains of dependent loads on few lanes), and on its K and V
- * projections alone (ranges of 8 parts in 16-warp blocks; 64 blocks) 165 and 313 at one and two against 171 and
- * 337. */
+ * Measured on H100 (bench_cuda_batch, decode steps replayed as graphs, best logit ranked on the device, in one call
+ * against KILN_CUDA_BATCH_SMALL=0): rows of up to 64 parts (2048 inputs) and long rows (256 parts and more) of
+ * matrices of at most 16 MB, as below: qwen2-1.5b (all its matrices) at one and two sequences 781-784 and 1,306
+ * tok/s against 471-473 and 934-935; llama3-8b takes it nowhere. Other rules lost: for up to 8 vectors qwen2-1.5b
+ * ran 1,387 and 1,657 tok/s at 4 and 8 sequences against 1,855 and 3,466 (each vector's products repeat the part's
+ * decode-and-sum chain); on llama3-8b's 128-part rows 153 against 171 at one sequence (8 ranges of 16 parts: chains
+ * of dependent loads on few lanes), on its down projection (448 parts, 33-48 MB) 115 against 168, and on both 170:
+ * a reading is that asking a whole matrix of that size into L2 before the wait, while the gate/up GEMV still runs,
+ * evicts what that kernel reads (not verified). */
 #define SMALL_VEC 2
-#define SMALL_MAX_PARTS 64
+#define SMALL_SHORT_PARTS 64
+#define SMALL_LONG_PARTS 256
+#define SMALL_LONG_MAX_MB 16.0
 
-/* Whether n_vec vectors over rows of n_parts parts take the small kernel; KILN_CUDA_BATCH_SMALL=0 never (read once,
- * for comparisons). */
-static bool small_batch(int n_vec, int n_parts) {
+/* Whether n_vec vectors over rows of n_parts parts (matrices of `bytes` in all) take the small kernel: short rows,
+ * and long rows (down projections) of matrices of at most SMALL_LONG_MAX_MB. KILN_CUDA_BATCH_SMALL=0 never (read
+ * once, for comparisons). */
+static bool small_batch(int n_vec, int n_parts, int64_t bytes) {
     static int allowed = -1;
     if (allowed < 0) {
         const char *e = getenv("KILN_CUDA_BATCH_SMALL");
         allowed = !(e && atoi(e) == 0);
     }
-    return allowed && n_vec <= SMALL_VEC && n_parts <= SMALL_MAX_PARTS;
+    bool long_rows = n_parts >= SMALL_LONG_PARTS && (double)bytes <= SMALL_LONG_MAX_MB * 1048576.0;
+    return allowed && n_vec <= SMALL_VEC && (n_parts <= SMALL_SHORT_PARTS || long_rows);
 }
 
 template <class F, bool SWIGLU, int WARPS>
@@ -417,7 +422,9 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
     job.n_mats = n_mats;
     job.accumulate = accumulate;
     int row_blocks = 0;
+    int64_t bytes = 0;
     for (int i = 0; i < n_mats; i++) {
+        bytes += (int64_t)ms[i]->row_bytes * ms[i]->n;
         job.wf[i] = (const uint8_t *)ms[i]->data;
         job.y[i] = ys[i];
         job.n[i] = ms[i]->n;
@@ -425,7 +432,7 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         if (!SWIGLU || i == 0) row_blocks += div_up(ms[i]->n, rows_per_block);
     }
     int grid = row_blocks * div_up(n_vec, quant ? MMA_VEC : BATCH_GROUP);
-    bool wide = !SWIGLU && wide_blocks(row_blocks), small = quant && small_batch(n_vec, m0->k / 32);
+    bool wide = !SWIGLU && wide_blocks(row_blocks), small = quant && small_batch(n_vec, m0->k / 32, bytes);
     dim3 block(32, quant ? (wide ? MMA_WARPS_WIDE : MMA_WARPS) : F_WARPS);
     /* the small kernel: 16 rows x the mma kernel's warps (as lanes) a block */
     dim3 small_block(32, MMA_ROWS * (wide ? MMA_WARPS_WIDE : MMA_WARPS) / 32);

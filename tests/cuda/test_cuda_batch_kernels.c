@@ -63,8 +63,8 @@ static float *download(const float *d, size_t n) {
 
 /* y = W x_j for 83 vectors (a full group of 64 and a partial one, its last tile partial too), against the double
  * reference, then vector j alone: the same bits. */
-/* n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8); k inputs: 512, or 4096
- * (each warp's parts span two K-quant blocks). */
+/* n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8); k inputs: 512, 4096
+ * (each warp's parts span two K-quant blocks) or 8192 (a vector alone takes the small kernel on long rows). */
 static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
     const int n_vec = 83, alone = 70;
     bool quantized = kiln_cuda_type_uses_q8_1(type);
@@ -113,6 +113,8 @@ static void test_gemv_batch(void **state) {
     check_gemv_batch(KILN_TYPE_Q6_K, false, 4800, 512);
     check_gemv_batch(KILN_TYPE_Q4_K, false, 37, 4096);
     check_gemv_batch(KILN_TYPE_Q6_K, false, 37, 4096);
+    check_gemv_batch(KILN_TYPE_Q4_K, false, 37, 8192);
+    check_gemv_batch(KILN_TYPE_Q6_K, false, 2200, 8192);
 }
 
 static void test_gemv_batch_swiglu(void **state) {
