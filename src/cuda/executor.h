@@ -34,6 +34,11 @@ struct kiln_cuda_model {
     const kiln_weights *host; /* KILN_GPU_DEBUG=1 at load: the host weights, kept for the per-op checks */
 };
 
+/* Decode steps are built for a span of positions, the first of KILN_CUDA_FIRST_SPAN, twice that, ... (up to n_ctx)
+ * that holds the step's longest token, so the attention's grid launches no more slices than the span fills and a
+ * captured graph serves every step of its span (forward.c, forward_batch.c). */
+#define KILN_CUDA_FIRST_SPAN 128
+
 /* Bytes of m's weights: what a pass over it reads (the profiles' bandwidth figures). */
 static inline uint64_t mbytes(const kiln_cuda_matrix *m) { return (uint64_t)m->row_bytes * (uint64_t)m->n; }
 

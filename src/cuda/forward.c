@@ -15,11 +15,10 @@
 
 enum { FUSE_ATTENTION = 1, FUSE_NORM = 2, FUSE_QKV_ROPE = 4 };
 
-/* Spans: a decode step at position pos is built for the first of 128, 256, 512, ... (up to n_ctx) above pos, and
- * its attention launches no more slices than that span fills. The launch's blocks are all scheduled whether their
- * slice holds positions or not, and a grid sized for the whole context cost 5% of qwen2-1.5b's tg128 (H100). A
- * captured graph per span; the last one takes the rest of the context. */
-#define FIRST_SPAN 128
+/* Spans (KILN_CUDA_FIRST_SPAN): a decode step at position pos is built for the first span above pos. The attention
+ * launch's blocks are all scheduled whether their slice holds positions or not, and a grid sized for the whole
+ * context cost 5% of qwen2-1.5b's tg128 (H100). A captured graph per span; the last one takes the rest of the
+ * context. */
 #define MAX_SPANS 16
 
 /* The default: FUSE_QKV_ROPE, the rope stage done by the Q/K/V GEMV's blocks where rotation pairs are neighbouring
@@ -532,15 +531,15 @@ static void collect_stamps(kiln_cuda_context *c) {
     free(t);
 }
 
-/* The span (see FIRST_SPAN) of a step at pos: its index, and the positions it holds. */
+/* The span of a step at pos: its index, and the positions it holds. */
 static int span_index(const kiln_cuda_context *c, int pos) {
     int i = 0;
-    for (int span = FIRST_SPAN; span < c->n_ctx && span <= pos && i + 1 < MAX_SPANS; span *= 2) i++;
+    for (int span = KILN_CUDA_FIRST_SPAN; span < c->n_ctx && span <= pos && i + 1 < MAX_SPANS; span *= 2) i++;
     return i;
 }
 
 static int span_of(const kiln_cuda_context *c, int index) {
-    int64_t span = FIRST_SPAN;
+    int64_t span = KILN_CUDA_FIRST_SPAN;
     for (int i = 0; i < index; i++) span *= 2;
     return index + 1 == MAX_SPANS || span > c->n_ctx ? c->n_ctx : (int)span;
 }

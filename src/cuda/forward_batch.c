@@ -20,12 +20,10 @@
 /* Steps of decode tokens alone (one a sequence, each wanting its logits), up to GRAPH_MAX_TOKENS of them, replay a
  * CUDA graph of the step captured for their count, without the gaps of ~340 eager launches a step: H100,
  * qwen2-1.5b at 1 and 8 sequences 474-479 and 3,453-3,479 tok/s against 446-448 and 2,820-3,284 eager. The
- * attention's grid follows the step's longest token; a graph is built for a span instead, the first of 128, 256,
- * 512, ... (up to n_ctx) that holds it, and captured again when the span grows. Each token's own slices do not
- * depend on the grid, so a graph gives the bits eager launches give. KILN_CUDA_BATCH_GRAPH=0 (read when a batch is
- * made) keeps every step eager. */
+ * attention's grid follows the step's longest token; a graph is built for its span (KILN_CUDA_FIRST_SPAN) instead
+ * and captured again when the span grows. Each token's own slices do not depend on the grid, so a graph gives the
+ * bits eager launches give. KILN_CUDA_BATCH_GRAPH=0 (read when a batch is made) keeps every step eager. */
 #define GRAPH_MAX_TOKENS 64
-#define FIRST_SPAN 128
 
 typedef struct step_graph {
     cudaGraphExec_t exec;
@@ -308,9 +306,9 @@ static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {
     return kiln_cuda_gemv_batch(&cm->output, hq, b->h, R, b->logits, false, b->stream);
 }
 
-/* The span (FIRST_SPAN) that holds n positions. */
+/* The span (KILN_CUDA_FIRST_SPAN) that holds n positions. */
 static int span_of(const kiln_cuda_batch *b, int n) {
-    int64_t span = FIRST_SPAN;
+    int64_t span = KILN_CUDA_FIRST_SPAN;
     while (span < n) span *= 2;
     return span < b->n_ctx ? (int)span : b->n_ctx;
 }

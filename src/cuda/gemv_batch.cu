@@ -59,13 +59,18 @@ __device__ __forceinline__ void store(float *y, int64_t i, float v, bool accumul
 #define MMA_WARPS_WIDE 16
 #define ONES 0x01010101
 
+/* Whether the switch `name` is on: unless the environment sets it to 0; read once into *cache (-1 before). */
+static bool switch_on(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = !(e && atoi(e) == 0);
+    }
+    return *cache;
+}
+
 static bool wide_blocks(int row_blocks) {
     static int allowed = -1;
-    if (allowed < 0) {
-        const char *e = getenv("KILN_CUDA_BATCH_WIDE");
-        allowed = !(e && atoi(e) == 0);
-    }
-    return allowed && row_blocks < sm_count();
+    return switch_on("KILN_CUDA_BATCH_WIDE", &allowed) && row_blocks < sm_count();
 }
 
 /* Formats whose part has one scale and one offset (d[0] == d[1], m[0] == m[1]). */
@@ -282,12 +287,9 @@ __global__ void __launch_bounds__(32 * WARPS)
  * once, for comparisons). */
 static bool small_batch(int n_vec, int n_parts, int64_t bytes) {
     static int allowed = -1;
-    if (allowed < 0) {
-        const char *e = getenv("KILN_CUDA_BATCH_SMALL");
-        allowed = !(e && atoi(e) == 0);
-    }
+    if (!switch_on("KILN_CUDA_BATCH_SMALL", &allowed)) return false;
     bool long_rows = n_parts >= SMALL_LONG_PARTS && (double)bytes <= SMALL_LONG_MAX_MB * 1048576.0;
-    return allowed && n_vec <= SMALL_VEC && (n_parts <= SMALL_SHORT_PARTS || long_rows);
+    return n_vec <= SMALL_VEC && (n_parts <= SMALL_SHORT_PARTS || long_rows);
 }
 
 template <class F, bool SWIGLU, int WARPS>
