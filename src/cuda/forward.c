@@ -371,7 +371,7 @@ static bool skipped(const kiln_cuda_context *c, int T, unsigned op) { return T =
 /* h = RMSNorm(x; g) for T rows, and its Q8_1 into hq when not NULL; one row over several blocks. */
 static void norm(kiln_cuda_context *c, const float *g, float *x, void *hq, int T) {
     const kiln_config *cfg = &c->cm->cfg;
-    if (T == 1) kiln_cuda_rmsnorm_row(x, g, c->h, hq, cfg->n_embd, cfg->rms_eps, c->stream);
+    if (T == 1) kiln_cuda_rmsnorm_rows(x, g, c->h, hq, cfg->n_embd, 1, cfg->rms_eps, c->stream);
     else kiln_cuda_rmsnorm(x, NULL, g, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
 }
 

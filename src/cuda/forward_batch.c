@@ -250,8 +250,8 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     bool any_q = kiln_cuda_type_uses_q8_1(L->wq.type) || kiln_cuda_type_uses_q8_1(L->wk.type) ||
                  kiln_cuda_type_uses_q8_1(L->wv.type);
     mark(b, KILN_OP_NORM, 0);
-    kiln_cuda_rmsnorm(b->x, NULL, L->attn_norm, b->h, any_q ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps,
-                      b->stream);
+    kiln_cuda_rmsnorm_rows(b->x, L->attn_norm, b->h, any_q ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps,
+                           b->stream);
     const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
     float *ys[3] = {b->q, b->k, b->v};
     mark(b, KILN_OP_QKV, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
@@ -274,7 +274,7 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
 
     const void *hq = q8_or_null(b, &L->gate);
     mark(b, KILN_OP_NORM, 0);
-    kiln_cuda_rmsnorm(b->x, NULL, L->ffn_norm, b->h, (void *)hq, cfg->n_embd, T, cfg->rms_eps, b->stream);
+    kiln_cuda_rmsnorm_rows(b->x, L->ffn_norm, b->h, (void *)hq, cfg->n_embd, T, cfg->rms_eps, b->stream);
     mark(b, KILN_OP_GATE_UP, mbytes(&L->gate) + mbytes(&L->up));
     if (L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes) {
         if (kiln_cuda_gemv_batch_swiglu(&L->gate, &L->up, hq, b->h, T, b->ff, b->stream)) return -1;
@@ -302,7 +302,7 @@ static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {
     float *last = b->ff; /* the rows that want logits, packed */
     kiln_cuda_gather_rows(b->x, d->rows, R, cfg->n_embd, last, b->stream);
     const void *hq = q8_or_null(b, &cm->output);
-    kiln_cuda_rmsnorm(last, NULL, cm->output_norm, b->h, (void *)hq, cfg->n_embd, R, cfg->rms_eps, b->stream);
+    kiln_cuda_rmsnorm_rows(last, cm->output_norm, b->h, (void *)hq, cfg->n_embd, R, cfg->rms_eps, b->stream);
     return kiln_cuda_gemv_batch(&cm->output, hq, b->h, R, b->logits, false, b->stream);
 }
 

@@ -260,115 +260,170 @@ __global__ void __launch_bounds__(32 * WARPS)
     }
 }
 
-/* One or two vectors (a step of one or two sequences' decode tokens) over the rows small_batch picks take dp4a:
- * a row's WARPS part ranges (those of gemv_batch_mma_kernel's warps for this matrix) are WARPS lanes, each a chain
- * of its range's parts with a vector's sums over the whole part (its int32 sums are the mma's, exactly), the part
- * values and their accumulation in part_value's operations, and the ranges' sums added in the mma kernel's order by
- * shuffles: the results are its bits, so which kernel runs depends on nothing a result could. A block holds 16 rows x
- * WARPS lanes, each asking for its range in L2 before the PDL wait (the weights do not depend on the kernel before;
- * +12-13% at one and two sequences on qwen2-1.5b against asking after it) and loading two parts ahead of their use,
- * where a warp of the mma kernel unpacks 16 rows' parts one at a time for at least 8 vectors.
- * Measured on H100 (bench_cuda_batch, decode steps replayed as graphs, best logit ranked on the device, in one call
- * against KILN_CUDA_BATCH_SMALL=0): rows of up to 64 parts (2048 inputs) and long rows (256 parts and more) of
- * matrices of at most 16 MB, as below: qwen2-1.5b (all its matrices) at one and two sequences 781-784 and 1,306
- * tok/s against 471-473 and 934-935; llama3-8b takes it nowhere. Other rules lost: for up to 8 vectors qwen2-1.5b
- * ran 1,387 and 1,657 tok/s at 4 and 8 sequences against 1,855 and 3,466 (each vector's products repeat the part's
- * decode-and-sum chain); on llama3-8b's 128-part rows 153 against 171 at one sequence (8 ranges of 16 parts: chains
- * of dependent loads on few lanes), on its down projection (448 parts, 33-48 MB) 115 against 168, and on both 170:
- * a reading is that asking a whole matrix of that size into L2 before the wait, while the gate/up GEMV still runs,
- * evicts what that kernel reads (not verified). */
+/* One or two vectors (a step of one or two sequences' decode tokens) take dp4a where each lane's share of a row is
+ * at most 16 parts (small_lane_parts): one warp a row, each range of the mma kernel's warps (WARPS for this matrix)
+ * 32 / WARPS lanes, lane t of a range taking its parts t, t + 32 / WARPS, ... (so a range's lanes load neighbouring
+ * parts together). A lane loads its parts, the first before the PDL wait (the weights do not depend on the kernel
+ * before), takes each part's exact int32 sums against a vector by dp4a and the part's value in part_value's
+ * operations; then every lane of a range runs the range's chain in the mma kernel's order (acc = fma(value, dx,
+ * acc) part after part), each value shuffled from the lane that holds it, and the ranges' sums are added in the mma
+ * kernel's order. The results are its bits, so which kernel runs depends on nothing a result could; the chain is
+ * fmas and independent shuffles, the loads and products run on all lanes at once.
+ * Measured on H100 (bench_cuda_batch, decode steps replayed as graphs, best logit ranked on the device, one call),
+ * generated tok/s at one / two sequences: llama3-8b 360 / 608 against 170 / 332 with the mma kernel (with the
+ * session-19 layout of a whole range on one lane, which it took nowhere: 153 at one); qwen2-1.5b 886 / 1,571
+ * against 475 / 940 (the whole-range layout: 781-784 / 1,306). A range's parts as consecutive shares of its lanes,
+ * handed from lane to lane, ran llama3-8b at 292 / 410 (loads of four lanes 64 bytes apart instead of one run). For
+ * up to 8 vectors the whole-range layout lost on qwen2-1.5b (each vector's products repeat the part's
+ * decode-and-sum chain); not tried with this one. */
 #define SMALL_VEC 2
-#define SMALL_SHORT_PARTS 64
-#define SMALL_LONG_PARTS 256
-#define SMALL_LONG_MAX_MB 16.0
+#define SMALL_ROWS 8 /* rows (warps) a block */
+/* The most parts a lane may take; the kernels are built for shares of up to 4 and of up to 16. */
+#define SMALL_SHORT_SHARE 4
+#define SMALL_LONG_SHARE 16
+/* Matrices (all of a launch's) of at most this many MB ask for each lane's parts past its first two in L2 before the
+ * wait; larger ones would evict what the kernel before still reads. */
+#define SMALL_PREFETCH_MAX_MB 16.0
+/* Pairs of parts a lane has in flight: two for one vector, one for two (their values take the registers). Measured
+ * on H100 against one everywhere (bench_cuda_batch, one call): llama3-8b at one sequence 385-387 tok/s against
+ * 372, qwen2-1.5b 929-935 against 912-914; at two sequences two lost 1% on both. */
+template <int NV>
+__host__ __device__ constexpr int small_ahead() { return NV == 1 ? 2 : 1; }
 
-/* Whether n_vec vectors over rows of n_parts parts (matrices of `bytes` in all) take the small kernel: short rows,
- * and long rows (down projections) of matrices of at most SMALL_LONG_MAX_MB. KILN_CUDA_BATCH_SMALL=0 never (read
- * once, for comparisons). */
-static bool small_batch(int n_vec, int n_parts, int64_t bytes) {
+/* Parts each lane of the small kernel takes: its range's among the range's 32 / warps lanes. */
+static int small_lane_parts(int n_parts, int warps) { return div_up(div_up(n_parts, warps), 32 / warps); }
+
+/* Whether n_vec vectors over rows of n_parts parts, summed in `warps` ranges, take the small kernel.
+ * KILN_CUDA_BATCH_SMALL=0 never (read once, for comparisons). */
+static bool small_batch(int n_vec, int n_parts, int warps) {
     static int allowed = -1;
     if (!switch_on("KILN_CUDA_BATCH_SMALL", &allowed)) return false;
-    bool long_rows = n_parts >= SMALL_LONG_PARTS && (double)bytes <= SMALL_LONG_MAX_MB * 1048576.0;
-    return n_vec <= SMALL_VEC && (n_parts <= SMALL_SHORT_PARTS || long_rows);
+    return n_vec <= SMALL_VEC && small_lane_parts(n_parts, warps) <= SMALL_LONG_SHARE;
 }
 
-template <class F, bool SWIGLU, int WARPS>
-__global__ void __launch_bounds__(MMA_ROWS * WARPS)
-    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, int n_vec) {
+/* The weights of parts u and u + step (the second clamped to the lane's last, last) of the row whose first block is
+ * base; with SWIGLU the up matrix's too. */
+template <class F, bool SWIGLU>
+__device__ __forceinline__ void small_load(const qtensor &w, const qtensor &up, int64_t base, int u, int step,
+                                           int last, kraw (&ra)[2], kraw (&rb)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int uc = min(u + i * step, last);
+        F::load(w, base + uc / F::parts, uc % F::parts, ra[i]);
+        if (SWIGLU) F::load(up, base + uc / F::parts, uc % F::parts, rb[i]);
+    }
+}
+
+/* A part's value against vector j (small_part) and the vector's scale of that part, dx. */
+template <class F>
+__device__ __forceinline__ float small_value(const kpart &p, const int8_t *qs, const __half2 *ds, int64_t at,
+                                             float &dx) {
+    int xv[8];
+    ld32b((const uint8_t *)(qs + at * 32), xv);
+    dx = __low2float(ds[at]);
+    float ft[2] = {0.0f, 0.0f};
+    if (F::has_min) {
+        int t0 = 0, t1 = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) t0 = __dp4a(ONES, xv[k], t0), t1 = __dp4a(ONES, xv[4 + k], t1);
+        if (one_scale<F>::value) ft[0] = i2f(t0 + t1);
+        else ft[0] = i2f(t0), ft[1] = i2f(t1);
+    }
+    return small_part<F>(p, xv, ft);
+}
+
+/* NV: the vectors (1 or 2), so that one vector's values take half the registers. */
+template <class F, bool SWIGLU, int WARPS, int SHARE, int NV>
+__global__ void __launch_bounds__(32 * SMALL_ROWS)
+    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, bool prefetch) {
+    constexpr int LANES = 32 / WARPS, PAIRS = (SHARE + 1) / 2, AHEAD = small_ahead<NV>(), SLOTS = AHEAD + 1;
     int rb = blockIdx.x, mi = SWIGLU ? 0 : pick(job, rb);
     qtensor w = select3(mi, job.w[0], job.w[1], job.w[2]);
     float *y = select3(mi, job.y[0], job.y[1], job.y[2]);
     int n = select3(mi, job.n[0], job.n[1], job.n[2]);
     int first = select3(mi, job.first[0], job.first[1], job.first[2]);
     const qtensor up = job.w[1];
-    int tid = threadIdx.y * 32 + threadIdx.x, range = tid % WARPS;
-    int row = (rb - first) * MMA_ROWS + tid / WARPS;
+    int lane = threadIdx.x, sub = lane % LANES, row = (rb - first) * SMALL_ROWS + threadIdx.y;
     int64_t base = (int64_t)min(row, n - 1) * (n_parts / F::parts);
-    int per = (n_parts + WARPS - 1) / WARPS, u0 = min(n_parts, range * per), u1 = min(n_parts, u0 + per);
-    if (u0 < u1) { /* weights: asked for before the wait, while the kernel before still runs */
-        int64_t g0 = base + u0 / F::parts, g1 = base + (u1 + F::parts - 1) / F::parts;
+    /* the lane's range [r0, r1) and its parts in it: u0, u0 + LANES, ... (count of them) */
+    int per = (n_parts + WARPS - 1) / WARPS, r0 = min(n_parts, lane / LANES * per), r1 = min(n_parts, r0 + per);
+    int u0 = r0 + sub, count = u0 < r1 ? (r1 - u0 + LANES - 1) / LANES : 0, last = u0 + (count - 1) * LANES;
+    /* pairs of parts in flight: AHEAD loaded before the wait (the weights do not depend on the kernel before),
+     * then each pair's loads go out AHEAD pairs before its use */
+    kraw ra[SLOTS][2], rb2[SLOTS][2];
+#pragma unroll
+    for (int q = 0; q < AHEAD && q < PAIRS; q++)
+        if (2 * q < count) small_load<F, SWIGLU>(w, up, base, u0 + 2 * q * LANES, LANES, last, ra[q], rb2[q]);
+    if (prefetch && sub == 0 && r0 + 2 * AHEAD * LANES < r1) {
+        int64_t g0 = base + (r0 + 2 * AHEAD * LANES) / F::parts, g1 = base + (r1 + F::parts - 1) / F::parts;
         for (int f = 0; f < F::n_fields; f++) {
             prefetch_field<F>(w, f, g0, g1);
             if (SWIGLU) prefetch_field<F>(up, f, g0, g1);
         }
     }
     pdl_wait_and_release();
+    if (row >= n) return; /* the whole warp: it is one row */
     const int8_t *qs = (const int8_t *)xq;
-    const __half2 *ds = (const __half2 *)(qs + (int64_t)n_vec * n_parts * 32);
-    float a[SMALL_VEC], b[SMALL_VEC];
+    const __half2 *ds = (const __half2 *)(qs + (int64_t)NV * n_parts * 32);
+    float va[NV][SHARE], vb[NV][SHARE], dx[NV][SHARE];
 #pragma unroll
-    for (int j = 0; j < SMALL_VEC; j++) a[j] = b[j] = 0.0f;
-    for (int u = u0; u < u1; u += 2) {
-        kraw ra[2], rb2[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            int uc = min(u + i, u1 - 1);
-            F::load(w, base + uc / F::parts, uc % F::parts, ra[i]);
-            if (SWIGLU) F::load(up, base + uc / F::parts, uc % F::parts, rb2[i]);
-        }
+    for (int q = 0; q < PAIRS; q++) {
+        if (2 * q >= count) break;
+        int next = q + AHEAD;
+        if (next < PAIRS && 2 * next < count)
+            small_load<F, SWIGLU>(w, up, base, u0 + 2 * next * LANES, LANES, last, ra[next % SLOTS], rb2[next % SLOTS]);
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            if (u + i >= u1) break;
-            int uc = u + i;
+            int k = 2 * q + i, u = u0 + k * LANES;
+            if (k >= SHARE || k >= count) break;
             kpart pa, pb;
-            F::decode(ra[i], uc % F::parts, pa);
-            if (SWIGLU) F::decode(rb2[i], uc % F::parts, pb);
+            F::decode(ra[q % SLOTS][i], u % F::parts, pa);
+            if (SWIGLU) F::decode(rb2[q % SLOTS][i], u % F::parts, pb);
 #pragma unroll
-            for (int j = 0; j < SMALL_VEC; j++) {
-                if (j >= n_vec) break;
-                int xv[8];
-                ld32b((const uint8_t *)(qs + ((int64_t)j * n_parts + uc) * 32), xv);
-                float dx = __low2float(ds[(int64_t)j * n_parts + uc]);
-                float ft[2] = {0.0f, 0.0f};
-                if (F::has_min) {
-                    int t0 = 0, t1 = 0;
+            for (int j = 0; j < NV; j++) {
+                va[j][k] = small_value<F>(pa, qs, ds, (int64_t)j * n_parts + u, dx[j][k]);
+                if (SWIGLU) vb[j][k] = small_value<F>(pb, qs, ds, (int64_t)j * n_parts + u, dx[j][k]);
+            }
+        }
+    }
+    /* the range's chain, in every lane of it: part r0 + k * LANES + t's value comes from the range's lane t (the
+     * chain's shuffles interleaved with the loads above, each value used as soon as it is made, ran slower: 355-357
+     * tok/s on llama3-8b at one sequence against 369-371 with a pair ahead, H100) */
+    float a[NV], b[NV];
 #pragma unroll
-                    for (int k = 0; k < 4; k++) t0 = __dp4a(ONES, xv[k], t0), t1 = __dp4a(ONES, xv[4 + k], t1);
-                    if (one_scale<F>::value) ft[0] = i2f(t0 + t1);
-                    else ft[0] = i2f(t0), ft[1] = i2f(t1);
-                }
-                a[j] = __fmaf_rn(small_part<F>(pa, xv, ft), dx, a[j]);
-                if (SWIGLU) b[j] = __fmaf_rn(small_part<F>(pb, xv, ft), dx, b[j]);
+    for (int j = 0; j < NV; j++) a[j] = b[j] = 0.0f;
+    int src = lane - sub;
+#pragma unroll
+    for (int k = 0; k < SHARE; k++) {
+        if (k * LANES >= per) break; /* the same for the whole warp */
+#pragma unroll
+        for (int t = 0; t < LANES; t++) {
+            bool in = r0 + k * LANES + t < r1;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                float v = __shfl_sync(0xffffffffu, va[j][k], src + t), d = __shfl_sync(0xffffffffu, dx[j][k], src + t);
+                float vu = SWIGLU ? __shfl_sync(0xffffffffu, vb[j][k], src + t) : 0.0f;
+                if (in) a[j] = __fmaf_rn(v, d, a[j]);
+                if (SWIGLU && in) b[j] = __fmaf_rn(vu, d, b[j]);
             }
         }
     }
     /* the ranges' sums as the mma kernel adds its warps': range k + HALF's and range k's, then those in order */
     constexpr int HALF = WARPS / 2;
 #pragma unroll
-    for (int j = 0; j < SMALL_VEC; j++) {
-        if (j >= n_vec) break;
-        float pa = __shfl_down_sync(0xffffffffu, a[j], HALF, WARPS) + a[j];
-        float pb = SWIGLU ? __shfl_down_sync(0xffffffffu, b[j], HALF, WARPS) + b[j] : 0.0f;
-        float va = 0.0f, vb = 0.0f;
+    for (int j = 0; j < NV; j++) {
+        float pa = __shfl_down_sync(0xffffffffu, a[j], HALF * LANES) + a[j];
+        float pb = SWIGLU ? __shfl_down_sync(0xffffffffu, b[j], HALF * LANES) + b[j] : 0.0f;
+        float sa = 0.0f, sb = 0.0f;
 #pragma unroll
         for (int k = 0; k < HALF; k++) {
-            va += __shfl_sync(0xffffffffu, pa, k, WARPS);
-            if (SWIGLU) vb += __shfl_sync(0xffffffffu, pb, k, WARPS);
+            sa += __shfl_sync(0xffffffffu, pa, k * LANES);
+            if (SWIGLU) sb += __shfl_sync(0xffffffffu, pb, k * LANES);
         }
-        if (range != 0 || row >= n) continue;
+        if (lane != 0) continue;
         int64_t at = (int64_t)j * n + row;
-        if (SWIGLU) y[at] = silu(va) * vb;
-        else store(y, at, va, job.accumulate);
+        if (SWIGLU) y[at] = silu(sa) * sb;
+        else store(y, at, sa, job.accumulate);
     }
 }
 
@@ -413,20 +468,49 @@ __global__ void __launch_bounds__(32 * F_WARPS)
     }
 }
 
+/* The small kernel for F, its share of parts a lane (up to 4 or up to 16), the mma kernel's warps (WARPS) and n_vec
+ * vectors (1 or 2). */
+template <class F, bool SWIGLU, int WARPS, int SHARE>
+static void launch_small_share(int row_blocks, cudaStream_t stream, const batch_job &job, int n_parts, const void *xq,
+                               int n_vec, bool prefetch) {
+    dim3 block(32, SMALL_ROWS);
+    if (n_vec == 1)
+        launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, 1>, row_blocks, block, stream, job, n_parts, xq,
+                   prefetch);
+    else
+        launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, 2>, row_blocks, block, stream, job, n_parts, xq,
+                   prefetch);
+}
+
+template <class F, bool SWIGLU, int WARPS>
+static void launch_small(int share, int row_blocks, cudaStream_t stream, const batch_job &job, int n_parts,
+                         const void *xq, int n_vec, bool prefetch) {
+    if (share <= SMALL_SHORT_SHARE)
+        launch_small_share<F, SWIGLU, WARPS, SMALL_SHORT_SHARE>(row_blocks, stream, job, n_parts, xq, n_vec, prefetch);
+    else launch_small_share<F, SWIGLU, WARPS, SMALL_LONG_SHARE>(row_blocks, stream, job, n_parts, xq, n_vec, prefetch);
+}
+
 /* ms[0..n_mats) share type and width (checked by the callers). */
 template <bool SWIGLU>
 static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
                         const float *xf, int n_vec, bool accumulate, cudaStream_t stream) {
     const kiln_cuda_matrix *m0 = ms[0];
     bool quant = kiln_cuda_type_uses_q8_1(m0->type);
-    int rows_per_block = quant ? MMA_ROWS : F_WARPS;
+    int n_parts = m0->k / 32, mma_blocks = 0;
+    int64_t bytes = 0;
+    for (int i = 0; i < n_mats && (!SWIGLU || i == 0); i++) mma_blocks += div_up(ms[i]->n, MMA_ROWS);
+    for (int i = 0; i < n_mats; i++) bytes += (int64_t)ms[i]->row_bytes * ms[i]->n;
+    /* the mma kernel's warps a block set the sums' order, which the small kernel keeps */
+    bool wide = !SWIGLU && wide_blocks(mma_blocks);
+    int warps = wide ? MMA_WARPS_WIDE : MMA_WARPS;
+    bool small = quant && small_batch(n_vec, n_parts, warps);
+    bool prefetch = (double)bytes <= SMALL_PREFETCH_MAX_MB * 1048576.0;
+    int rows_per_block = !quant ? F_WARPS : small ? SMALL_ROWS : MMA_ROWS, share = small_lane_parts(n_parts, warps);
     batch_job job = {};
     job.n_mats = n_mats;
     job.accumulate = accumulate;
     int row_blocks = 0;
-    int64_t bytes = 0;
     for (int i = 0; i < n_mats; i++) {
-        bytes += (int64_t)ms[i]->row_bytes * ms[i]->n;
         job.wf[i] = (const uint8_t *)ms[i]->data;
         job.y[i] = ys[i];
         job.n[i] = ms[i]->n;
@@ -434,22 +518,16 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         if (!SWIGLU || i == 0) row_blocks += div_up(ms[i]->n, rows_per_block);
     }
     int grid = row_blocks * div_up(n_vec, quant ? MMA_VEC : BATCH_GROUP);
-    bool wide = !SWIGLU && wide_blocks(row_blocks), small = quant && small_batch(n_vec, m0->k / 32, bytes);
-    dim3 block(32, quant ? (wide ? MMA_WARPS_WIDE : MMA_WARPS) : F_WARPS);
-    /* the small kernel: 16 rows x the mma kernel's warps (as lanes) a block */
-    dim3 small_block(32, MMA_ROWS * (wide ? MMA_WARPS_WIDE : MMA_WARPS) / 32);
-    int n_parts = m0->k / 32;
+    dim3 block(32, quant ? warps : F_WARPS);
     switch (m0->type) {
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
         for (int i = 0; i < n_mats; i++)                                                                               \
             job.w[i] = qtensor{(const uint8_t *)ms[i]->data, (int64_t)ms[i]->n * (n_parts / F::parts)};                \
         if (small && wide)                                                                                             \
-            launch_pdl(gemv_batch_small_kernel<F, false, MMA_WARPS_WIDE>, row_blocks, small_block, stream, job,        \
-                       n_parts, xq, n_vec);                                                                            \
+            launch_small<F, false, MMA_WARPS_WIDE>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch);      \
         else if (small)                                                                                                \
-            launch_pdl(gemv_batch_small_kernel<F, SWIGLU, MMA_WARPS>, row_blocks, small_block, stream, job, n_parts,   \
-                       xq, n_vec);                                                                                     \
+            launch_small<F, SWIGLU, MMA_WARPS>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch);          \
         else if (wide)                                                                                                 \
             launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE>, grid, block, stream, job, n_parts, xq, n_vec); \
         else launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS>, grid, block, stream, job, n_parts, xq, n_vec);   \
@@ -475,14 +553,16 @@ extern "C" int kiln_cuda_gemv_batch(const kiln_cuda_matrix *m, const void *xq, c
 extern "C" int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats,
                                           const void *xq, const float *xf, int n_vec, cudaStream_t stream) {
     if (n_mats < 1 || n_mats > BATCH_MAX_MATS || n_vec < 1) return -1;
-    bool same = true;
-    for (int i = 0; i < n_mats; i++) {
-        if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
-        same = same && ms[i]->type == ms[0]->type && ms[i]->k == ms[0]->k && ms[i]->row_bytes == ms[0]->row_bytes;
-    }
-    if (same) return launch_batch<false>(ms, ys, n_mats, xq, xf, n_vec, false, stream);
     for (int i = 0; i < n_mats; i++)
-        if (launch_batch<false>(ms + i, ys + i, 1, xq, xf, n_vec, false, stream)) return -1;
+        if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
+    /* runs of matrices of one type and width in one launch each (Q and K, then V in another type in the K-quant
+     * mixes): the launch sets the sums' order, and which matrices share it depends on the model alone */
+    for (int i = 0, j; i < n_mats; i = j) {
+        for (j = i + 1; j < n_mats && ms[j]->type == ms[i]->type && ms[j]->k == ms[i]->k &&
+                        ms[j]->row_bytes == ms[i]->row_bytes;
+             j++) {}
+        if (launch_batch<false>(ms + i, ys + i, j - i, xq, xf, n_vec, false, stream)) return -1;
+    }
     return 0;
 }
 

@@ -96,9 +96,10 @@ void kiln_cuda_swiglu(const float *gate, const float *up, float *out, int64_t n,
 #define KILN_CUDA_NORM_MAX 16384
 void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n, int n_rows,
                        float eps, cudaStream_t stream);
-/* The same for the one row of a decode step, without a residual, over several blocks (faster; its float sums are
- * ordered otherwise, so not for a batch whose rows must match kiln_cuda_rmsnorm's). */
-void kiln_cuda_rmsnorm_row(float *x, const float *w, float *out, void *out_q, int n, float eps, cudaStream_t stream);
+/* The same for a decode step's rows, without a residual, each over several blocks (faster for few rows; its float
+ * sums are ordered otherwise than kiln_cuda_rmsnorm's, the same for a row whatever n_rows). */
+void kiln_cuda_rmsnorm_rows(float *x, const float *w, float *out, void *out_q, int n, int n_rows, float eps,
+                            cudaStream_t stream);
 
 /* The attention input stage for n_tokens tokens at positions *d_pos + t: adds the optional biases to q, k, v,
  * rotates the first rope_dim dims of each q and k head by pos * freq[i] (pairs (2i, 2i+1) for normal rope, (i,

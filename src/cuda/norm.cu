@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-/* A decode step's row (no residual) over blocks of NORM_SPLIT_THREADS: every block sums the squares of the whole
- * row (QUADS runs of four a thread, all loaded before any arithmetic: 16 KB at n = 4096, from L2, where the next GEMV
+/* A decode step's rows (no residual), each over blocks of NORM_SPLIT_THREADS (blockIdx.y the row): every block sums
+ * the squares of the whole row (QUADS runs of four a thread, all loaded before any arithmetic: 16 KB at n = 4096, from L2, where the next GEMV
  * is about to read its weights) and writes only its own run of four a thread (out, and its Q8_1). Against one block
  * of 1024 threads for the row (rmsnorm_kernel), whose reduction spans 32 warps and whose stores all leave one SM,
  * measured on H100 (tg128, in-process against a context with KILN_CUDA_NORM_SPLIT=0): blocks of 128 threads
@@ -72,9 +72,10 @@ __global__ void __launch_bounds__(1024)
 
 template <int QUADS>
 __global__ void __launch_bounds__(NORM_SPLIT_THREADS)
-    rmsnorm_split_kernel(const float *x, const float *w, float *out, int8_t *out_q, int n, float eps) {
+    rmsnorm_split_kernel(const float *x, const float *w, float *out, int8_t *out_q, int n, int n_rows, float eps) {
     int n4 = n / 4, mine = blockIdx.x * NORM_SPLIT_THREADS + threadIdx.x;
-    const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)w;
+    int64_t base = (int64_t)blockIdx.y * n;
+    const float4 *x4 = (const float4 *)(x + base), *w4 = (const float4 *)w;
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float4 wv = mine < n4 ? w4[mine] : zero; /* before the wait, as rmsnorm_kernel */
     pdl_release_and_wait();
@@ -93,13 +94,15 @@ __global__ void __launch_bounds__(NORM_SPLIT_THREADS)
     for (int j = 0; j < QUADS; j++) /* the block's own run is among the loaded ones: j = blockIdx.x */
         if (j == (int)blockIdx.x) m = v[j];
     float4 o = make_float4(m.x * scale * wv.x, m.y * scale * wv.y, m.z * scale * wv.z, m.w * scale * wv.w);
-    if (mine < n4) ((float4 *)out)[mine] = o;
-    if (out_q) quantize_quad(o, mine < n4, (char4 *)out_q + mine, (__half2 *)(out_q + n) + mine / 8);
+    if (mine < n4) ((float4 *)(out + base))[mine] = o;
+    if (out_q)
+        quantize_quad(o, mine < n4, (char4 *)(out_q + base) + mine,
+                      (__half2 *)(out_q + (int64_t)n_rows * n) + (base / 4 + mine) / 8);
 }
 
-/* The split form for a row of up to NORM_SPLIT_MAX_BLOCKS blocks (8192 values), unless KILN_CUDA_NORM_SPLIT=0 (read
+/* The split form for rows of up to NORM_SPLIT_MAX_BLOCKS blocks (8192 values), unless KILN_CUDA_NORM_SPLIT=0 (read
  * at launch; for comparisons). False: not launched. */
-static bool launch_split(const float *x, const float *w, float *out, void *out_q, int n, float eps,
+static bool launch_split(const float *x, const float *w, float *out, void *out_q, int n, int n_rows, float eps,
                          cudaStream_t stream) {
     const char *e = getenv("KILN_CUDA_NORM_SPLIT");
     int blocks = div_up(n / 4, NORM_SPLIT_THREADS);
@@ -109,7 +112,7 @@ static bool launch_split(const float *x, const float *w, float *out, void *out_q
                   : blocks <= 4 ? rmsnorm_split_kernel<4>
                   : blocks <= 8 ? rmsnorm_split_kernel<8>
                                 : rmsnorm_split_kernel<16>;
-    launch_pdl(kernel, blocks, NORM_SPLIT_THREADS, stream, x, w, out, (int8_t *)out_q, n, eps);
+    launch_pdl(kernel, dim3(blocks, n_rows), NORM_SPLIT_THREADS, stream, x, w, out, (int8_t *)out_q, n, n_rows, eps);
     return true;
 }
 
@@ -122,9 +125,10 @@ extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *
     launch_pdl(kernel, n_rows, threads, stream, x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
 }
 
-/* Its sum of squares is ordered otherwise than rmsnorm_kernel's, so the batched step keeps kiln_cuda_rmsnorm for
- * every batch size: a sequence's rows are then the same alone and among others. */
-extern "C" void kiln_cuda_rmsnorm_row(float *x, const float *w, float *out, void *out_q, int n, float eps,
-                                      cudaStream_t stream) {
-    if (!launch_split(x, w, out, out_q, n, eps, stream)) kiln_cuda_rmsnorm(x, NULL, w, out, out_q, n, 1, eps, stream);
+/* Its sum of squares is ordered otherwise than rmsnorm_kernel's; which one a row takes depends on n alone (and
+ * KILN_CUDA_NORM_SPLIT), so the batched step's rows are the same alone and among others. */
+extern "C" void kiln_cuda_rmsnorm_rows(float *x, const float *w, float *out, void *out_q, int n, int n_rows, float eps,
+                                       cudaStream_t stream) {
+    if (!launch_split(x, w, out, out_q, n, n_rows, eps, stream))
+        kiln_cuda_rmsnorm(x, NULL, w, out, out_q, n, n_rows, eps, stream);
 }

@@ -62,9 +62,10 @@ static float *download(const float *d, size_t n) {
 }
 
 /* y = W x_j for 83 vectors (a full group of 64 and a partial one, its last tile partial too), against the double
- * reference, then vector j alone: the same bits. */
-/* n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8); k inputs: 512, 4096
- * (each warp's parts span two K-quant blocks) or 8192 (a vector alone takes the small kernel on long rows). */
+ * reference, then vector j alone and vectors j, j + 1 together (the small kernel): the same bits.
+ * n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8); k inputs: 512, 4096
+ * (each warp's parts span two K-quant blocks; the small kernel's lanes 4 parts each), 8192 or 14336 (its lanes
+ * 8 to 14 parts each, the long form). */
 static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
     const int n_vec = 83, alone = 70;
     bool quantized = kiln_cuda_type_uses_q8_1(type);
@@ -90,15 +91,18 @@ static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
             kiln_type_name(type), n, n_vec, e);
     assert_true(e < 1e-5);
 
-    batch_input one = {NULL, NULL, in.dx + (size_t)alone * k, gpu_alloc(Q8_1_BYTES(k))};
-    if (quantized) kiln_cuda_quantize_q8_1(one.dx, one.dq, k, 1, 0);
-    float *dy1 = gpu_alloc(sizeof(float) * n);
-    rc = swiglu ? kiln_cuda_gemv_batch_swiglu(&m, &mu, one.dq, one.dx, 1, dy1, 0)
-                : kiln_cuda_gemv_batch(&m, one.dq, one.dx, 1, dy1, false, 0);
-    assert_int_equal(rc, 0);
-    float *y1 = download(dy1, n);
-    assert_memory_equal(y1, y + (size_t)alone * n, sizeof(float) * n);
-    free(deq), free(deq_up), free(w), free(w_up), free(in.x), free(in.xs), free(y), free(ref), free(y1);
+    for (int few = 1; few <= 2; few++) { /* one and two vectors take the small kernel where their rows allow */
+        batch_input one = {NULL, NULL, in.dx + (size_t)alone * k, gpu_alloc(Q8_1_BYTES((size_t)k * few))};
+        if (quantized) kiln_cuda_quantize_q8_1(one.dx, one.dq, k, few, 0);
+        float *dy1 = gpu_alloc(sizeof(float) * n * few);
+        rc = swiglu ? kiln_cuda_gemv_batch_swiglu(&m, &mu, one.dq, one.dx, few, dy1, 0)
+                    : kiln_cuda_gemv_batch(&m, one.dq, one.dx, few, dy1, false, 0);
+        assert_int_equal(rc, 0);
+        float *y1 = download(dy1, (size_t)n * few);
+        assert_memory_equal(y1, y + (size_t)alone * n, sizeof(float) * n * few);
+        free(y1);
+    }
+    free(deq), free(deq_up), free(w), free(w_up), free(in.x), free(in.xs), free(y), free(ref);
     gpu_free_all();
 }
 
@@ -115,6 +119,8 @@ static void test_gemv_batch(void **state) {
     check_gemv_batch(KILN_TYPE_Q6_K, false, 37, 4096);
     check_gemv_batch(KILN_TYPE_Q4_K, false, 37, 8192);
     check_gemv_batch(KILN_TYPE_Q6_K, false, 2200, 8192);
+    check_gemv_batch(KILN_TYPE_Q4_K, false, 37, 14336);
+    check_gemv_batch(KILN_TYPE_Q6_K, false, 2200, 14336);
 }
 
 static void test_gemv_batch_swiglu(void **state) {
@@ -123,22 +129,27 @@ static void test_gemv_batch_swiglu(void **state) {
                                KILN_TYPE_Q3_K, KILN_TYPE_F16};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_gemv_batch(types[i], true, 37, 512);
     check_gemv_batch(KILN_TYPE_Q4_K, true, 37, 4096);
+    check_gemv_batch(KILN_TYPE_Q6_K, true, 37, 8192);
 }
 
-/* Three matrices of different heights in one launch, with the residual accumulate of a single one after. */
+/* Three matrices of different heights in one launch (or two: Q and K, then V in another type, as the K-quant mixes
+ * have them), with the residual accumulate of a single one after. */
 static void test_gemv_batch_multi(void **state) {
     SKIP_WITHOUT_GPU();
-    const kiln_type types[] = {KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, KILN_TYPE_BF16};
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        kiln_type type = types[t];
+    const kiln_type sets[][3] = {{KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q4_K},
+                                 {KILN_TYPE_Q6_K, KILN_TYPE_Q6_K, KILN_TYPE_Q6_K},
+                                 {KILN_TYPE_BF16, KILN_TYPE_BF16, KILN_TYPE_BF16},
+                                 {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K}};
+    for (size_t t = 0; t < sizeof sets / sizeof sets[0]; t++) {
         const int k = 256, ns[3] = {64, 16, 24}, n_vec = 9;
-        bool quantized = kiln_cuda_type_uses_q8_1(type);
+        bool quantized = kiln_cuda_type_uses_q8_1(sets[t][0]);
         batch_input in = make_input(quantized, k, n_vec);
         float *deq[3], *dys[3];
         uint8_t *w[3];
         kiln_cuda_matrix m[3];
         const kiln_cuda_matrix *ms[3] = {&m[0], &m[1], &m[2]};
         for (int i = 0; i < 3; i++) {
+            kiln_type type = sets[t][i];
             w[i] = random_rows(type, k, ns[i], &deq[i]);
             m[i] = (kiln_cuda_matrix){upload_matrix(type, w[i], k, ns[i]), type, k, ns[i], kiln_row_size(type, k)};
             dys[i] = gpu_alloc(sizeof(float) * ns[i] * n_vec);
@@ -154,7 +165,7 @@ static void test_gemv_batch_multi(void **state) {
                     ref[(size_t)j * ns[i] + r] =
                         (i == 0 ? 2 : 1) * dot(deq[i] + (size_t)r * k, in.xs + (size_t)j * k, k);
             double e = rel_err(y, ref, (size_t)ns[i] * n_vec);
-            fprintf(stderr, "gemv_batch_multi %-5s matrix %d rel err %.2e\n", kiln_type_name(type), i, e);
+            fprintf(stderr, "gemv_batch_multi %-5s matrix %d rel err %.2e\n", kiln_type_name(sets[t][i]), i, e);
             assert_true(e < 1e-5);
             free(y), free(ref), free(deq[i]), free(w[i]);
         }

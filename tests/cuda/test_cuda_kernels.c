@@ -345,31 +345,38 @@ static void check_rmsnorm(int n) {
     gpu_free_all();
 }
 
-/* A decode step's row (kiln_cuda_rmsnorm_row) against a double reference; its Q8_1 the very bytes the quantize kernel
- * makes of the normed row. */
-static void check_rmsnorm_row(int n) {
-    float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n);
-    float *qb = malloc(sizeof(float) * n);
-    double *ref = malloc(sizeof(double) * n);
-    uint8_t *q = malloc(Q8_1_BYTES(n)), *q2 = malloc(Q8_1_BYTES(n));
-    rng_fill(x, n, 2.0f), rng_fill(w, n, 1.5f);
-    float *dx = gpu_upload(x, sizeof(float) * n), *dw = gpu_upload(w, sizeof(float) * n);
-    float *dout = gpu_alloc(sizeof(float) * n);
-    void *dq = gpu_alloc(Q8_1_BYTES(n)), *dq2 = gpu_alloc(Q8_1_BYTES(n));
-    kiln_cuda_rmsnorm_row(dx, dw, dout, dq, n, 1e-5f, 0);
-    kiln_cuda_quantize_q8_1(dout, dq2, n, 1, 0);
+/* A decode step's rows (kiln_cuda_rmsnorm_rows) against a double reference; their Q8_1 the very bytes the quantize
+ * kernel makes of the normed rows; and the last row alone the same bytes as among the others. */
+static void check_rmsnorm_rows(int n, int rows) {
+    size_t all = (size_t)n * rows;
+    float *x = malloc(sizeof(float) * all), *w = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * all);
+    float *qb = malloc(sizeof(float) * all), *one = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * all);
+    uint8_t *q = malloc(Q8_1_BYTES(all)), *q2 = malloc(Q8_1_BYTES(all));
+    rng_fill(x, all, 2.0f), rng_fill(w, n, 1.5f);
+    float *dx = gpu_upload(x, sizeof(float) * all), *dw = gpu_upload(w, sizeof(float) * n);
+    float *dout = gpu_alloc(sizeof(float) * all), *done = gpu_alloc(sizeof(float) * n);
+    void *dq = gpu_alloc(Q8_1_BYTES(all)), *dq2 = gpu_alloc(Q8_1_BYTES(all));
+    kiln_cuda_rmsnorm_rows(dx, dw, dout, dq, n, rows, 1e-5f, 0);
+    kiln_cuda_quantize_q8_1(dout, dq2, n, rows, 0);
+    kiln_cuda_rmsnorm_rows(dx + all - n, dw, done, NULL, n, 1, 1e-5f, 0);
     CUDA_SYNC();
-    CUDA_OK(cudaMemcpy(out, dout, sizeof(float) * n, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(q2, dq2, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    for (int i = 0; i < n; i++) ref[i] = x[i] / sqrt(ss / n + 1e-5) * w[i];
-    dequant_q8_1(q, n, qb);
-    assert_true(rel_err(out, ref, n) < 1e-5);
-    assert_true(rel_err(qb, ref, n) < 1e-2);
-    assert_memory_equal(q, q2, Q8_1_BYTES(n));
-    free(x), free(w), free(out), free(qb), free(ref), free(q), free(q2);
+    CUDA_OK(cudaMemcpy(out, dout, sizeof(float) * all, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(one, done, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(all), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(q2, dq2, Q8_1_BYTES(all), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        for (int i = 0; i < n; i++) ref[(size_t)r * n + i] = xr[i] / sqrt(ss / n + 1e-5) * w[i];
+    }
+    dequant_q8_1(q, (int)all, qb);
+    assert_true(rel_err(out, ref, all) < 1e-5);
+    assert_true(rel_err(qb, ref, all) < 1e-2);
+    assert_memory_equal(q, q2, Q8_1_BYTES(all));
+    assert_memory_equal(one, out + all - n, sizeof(float) * n);
+    free(x), free(w), free(out), free(qb), free(one), free(ref), free(q), free(q2);
     gpu_free_all();
 }
 
@@ -378,12 +385,12 @@ static void test_rmsnorm(void **state) {
     static const int widths[] = {576, 1536, 4096, 5120, KILN_CUDA_NORM_MAX};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) check_rmsnorm(widths[i]);
     static const int rows[] = {576, 1536, 3072, 4096, 5120, 8192};
-    /* one row over several blocks (the default), up to 8192 values; past that, and under KILN_CUDA_NORM_SPLIT=0,
-     * one block */
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) check_rmsnorm_row(rows[i]);
-    check_rmsnorm_row(KILN_CUDA_NORM_MAX);
+    /* rows over several blocks each (the default), up to 8192 values; past that, and under KILN_CUDA_NORM_SPLIT=0,
+     * one block a row */
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) check_rmsnorm_rows(rows[i], 1), check_rmsnorm_rows(rows[i], 3);
+    check_rmsnorm_rows(KILN_CUDA_NORM_MAX, 2);
     setenv("KILN_CUDA_NORM_SPLIT", "0", 1);
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) check_rmsnorm_row(rows[i]);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) check_rmsnorm_rows(rows[i], 3);
     unsetenv("KILN_CUDA_NORM_SPLIT");
 }
 
