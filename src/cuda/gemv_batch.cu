@@ -275,8 +275,11 @@ __global__ void __launch_bounds__(32 * WARPS)
  * against 475 / 940 (the whole-range layout: 781-784 / 1,306). A range's parts as consecutive shares of its lanes,
  * handed from lane to lane, ran llama3-8b at 292 / 410 (loads of four lanes 64 bytes apart instead of one run). For
  * up to 8 vectors the whole-range layout lost on qwen2-1.5b (each vector's products repeat the part's
- * decode-and-sum chain); not tried with this one. */
-#define SMALL_VEC 2
+ * decode-and-sum chain); with this one, three and four vectors on shares of up to 4 parts (rows of up to 128 parts)
+ * gained: llama3-8b 629.5 / 745-748 against 490.2 / 640.0 with the mma kernel, qwen2-1.5b 1,631-1,645 / 1,991-2,000
+ * against 1,430 / 1,894 (one call). */
+#define SMALL_VEC 2     /* vectors on any share */
+#define SMALL_MAX_VEC 4 /* vectors on short shares */
 #define SMALL_ROWS 8 /* rows (warps) a block */
 /* The most parts a lane may take; the kernels are built for shares of up to 4 and of up to 16. */
 #define SMALL_SHORT_SHARE 4
@@ -298,7 +301,8 @@ static int small_lane_parts(int n_parts, int warps) { return div_up(div_up(n_par
 static bool small_batch(int n_vec, int n_parts, int warps) {
     static int allowed = -1;
     if (!switch_on("KILN_CUDA_BATCH_SMALL", &allowed)) return false;
-    return n_vec <= SMALL_VEC && small_lane_parts(n_parts, warps) <= SMALL_LONG_SHARE;
+    int share = small_lane_parts(n_parts, warps);
+    return (n_vec <= SMALL_VEC && share <= SMALL_LONG_SHARE) || (n_vec <= SMALL_MAX_VEC && share <= SMALL_SHORT_SHARE);
 }
 
 /* The weights of parts u and u + step (the second clamped to the lane's last, last) of the row whose first block is
@@ -332,10 +336,10 @@ __device__ __forceinline__ float small_value(const kpart &p, const int8_t *qs, c
     return small_part<F>(p, xv, ft);
 }
 
-/* NV: the vectors (1 or 2), so that one vector's values take half the registers. */
+/* NV: the most vectors (1, 2 or 4; n_vec of them), so that fewer vectors' values take fewer registers. */
 template <class F, bool SWIGLU, int WARPS, int SHARE, int NV>
 __global__ void __launch_bounds__(32 * SMALL_ROWS)
-    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, bool prefetch) {
+    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, int n_vec, bool prefetch) {
     constexpr int LANES = 32 / WARPS, PAIRS = (SHARE + 1) / 2, AHEAD = small_ahead<NV>(), SLOTS = AHEAD + 1;
     int rb = blockIdx.x, mi = SWIGLU ? 0 : pick(job, rb);
     qtensor w = select3(mi, job.w[0], job.w[1], job.w[2]);
@@ -364,7 +368,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
     pdl_wait_and_release();
     if (row >= n) return; /* the whole warp: it is one row */
     const int8_t *qs = (const int8_t *)xq;
-    const __half2 *ds = (const __half2 *)(qs + (int64_t)NV * n_parts * 32);
+    const __half2 *ds = (const __half2 *)(qs + (int64_t)n_vec * n_parts * 32);
     float va[NV][SHARE], vb[NV][SHARE], dx[NV][SHARE];
 #pragma unroll
     for (int q = 0; q < PAIRS; q++) {
@@ -381,6 +385,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
             if (SWIGLU) F::decode(rb2[q % SLOTS][i], u % F::parts, pb);
 #pragma unroll
             for (int j = 0; j < NV; j++) {
+                if (j >= n_vec) break;
                 va[j][k] = small_value<F>(pa, qs, ds, (int64_t)j * n_parts + u, dx[j][k]);
                 if (SWIGLU) vb[j][k] = small_value<F>(pb, qs, ds, (int64_t)j * n_parts + u, dx[j][k]);
             }
@@ -401,6 +406,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
             bool in = r0 + k * LANES + t < r1;
 #pragma unroll
             for (int j = 0; j < NV; j++) {
+                if (j >= n_vec) break;
                 float v = __shfl_sync(0xffffffffu, va[j][k], src + t), d = __shfl_sync(0xffffffffu, dx[j][k], src + t);
                 float vu = SWIGLU ? __shfl_sync(0xffffffffu, vb[j][k], src + t) : 0.0f;
                 if (in) a[j] = __fmaf_rn(v, d, a[j]);
@@ -412,6 +418,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
     constexpr int HALF = WARPS / 2;
 #pragma unroll
     for (int j = 0; j < NV; j++) {
+        if (j >= n_vec) break;
         float pa = __shfl_down_sync(0xffffffffu, a[j], HALF * LANES) + a[j];
         float pb = SWIGLU ? __shfl_down_sync(0xffffffffu, b[j], HALF * LANES) + b[j] : 0.0f;
         float sa = 0.0f, sb = 0.0f;
@@ -469,17 +476,23 @@ __global__ void __launch_bounds__(32 * F_WARPS)
 }
 
 /* The small kernel for F, its share of parts a lane (up to 4 or up to 16), the mma kernel's warps (WARPS) and n_vec
- * vectors (1 or 2). */
+ * vectors (1, 2, or up to 4 on shares of up to 4). */
 template <class F, bool SWIGLU, int WARPS, int SHARE>
 static void launch_small_share(int row_blocks, cudaStream_t stream, const batch_job &job, int n_parts, const void *xq,
                                int n_vec, bool prefetch) {
     dim3 block(32, SMALL_ROWS);
     if (n_vec == 1)
         launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, 1>, row_blocks, block, stream, job, n_parts, xq,
-                   prefetch);
-    else
+                   n_vec, prefetch);
+    else if constexpr (SHARE > SMALL_SHORT_SHARE) /* two at most here (small_batch) */
+        launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, SMALL_VEC>, row_blocks, block, stream, job,
+                   n_parts, xq, n_vec, prefetch);
+    else if (n_vec == 2)
         launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, 2>, row_blocks, block, stream, job, n_parts, xq,
-                   prefetch);
+                   n_vec, prefetch);
+    else
+        launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, SMALL_MAX_VEC>, row_blocks, block, stream, job,
+                   n_parts, xq, n_vec, prefetch);
 }
 
 template <class F, bool SWIGLU, int WARPS>

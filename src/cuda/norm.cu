@@ -126,7 +126,9 @@ extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *
 }
 
 /* Its sum of squares is ordered otherwise than rmsnorm_kernel's; which one a row takes depends on n alone (and
- * KILN_CUDA_NORM_SPLIT), so the batched step's rows are the same alone and among others. */
+ * KILN_CUDA_NORM_SPLIT), so the batched step's rows are the same alone and among others, and the same as the single
+ * context's decode rows. In the batched step it runs as fast as one block a row (H100, bench_cuda_batch against
+ * KILN_CUDA_NORM_SPLIT=0 in one call, 1 to 64 sequences on llama3-8b and qwen2-1.5b: within 1% either way). */
 extern "C" void kiln_cuda_rmsnorm_rows(float *x, const float *w, float *out, void *out_q, int n, int n_rows, float eps,
                                        cudaStream_t stream) {
     if (!launch_split(x, w, out, out_q, n, n_rows, eps, stream))
