@@ -368,7 +368,11 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
     pdl_wait_and_release();
     if (row >= n) return; /* the whole warp: it is one row */
     const int8_t *qs = (const int8_t *)xq;
-    const __half2 *ds = (const __half2 *)(qs + (int64_t)n_vec * n_parts * 32);
+    /* one or two: launched for exactly that many, so the count is known here (with the run-time count in the
+     * loops below, H100: qwen2-1.5b at one / two sequences 915-931 / 1,443-1,464 tok/s against 946-949 /
+     * 1,598-1,607, llama3-8b 373 / 532 against 385 / 624) */
+    const int nv = NV <= 2 ? NV : n_vec;
+    const __half2 *ds = (const __half2 *)(qs + (int64_t)nv * n_parts * 32);
     float va[NV][SHARE], vb[NV][SHARE], dx[NV][SHARE];
 #pragma unroll
     for (int q = 0; q < PAIRS; q++) {
@@ -385,7 +389,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
             if (SWIGLU) F::decode(rb2[q % SLOTS][i], u % F::parts, pb);
 #pragma unroll
             for (int j = 0; j < NV; j++) {
-                if (j >= n_vec) break;
+                if (j >= nv) break;
                 va[j][k] = small_value<F>(pa, qs, ds, (int64_t)j * n_parts + u, dx[j][k]);
                 if (SWIGLU) vb[j][k] = small_value<F>(pb, qs, ds, (int64_t)j * n_parts + u, dx[j][k]);
             }
@@ -406,7 +410,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
             bool in = r0 + k * LANES + t < r1;
 #pragma unroll
             for (int j = 0; j < NV; j++) {
-                if (j >= n_vec) break;
+                if (j >= nv) break;
                 float v = __shfl_sync(0xffffffffu, va[j][k], src + t), d = __shfl_sync(0xffffffffu, dx[j][k], src + t);
                 float vu = SWIGLU ? __shfl_sync(0xffffffffu, vb[j][k], src + t) : 0.0f;
                 if (in) a[j] = __fmaf_rn(v, d, a[j]);
@@ -418,7 +422,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
     constexpr int HALF = WARPS / 2;
 #pragma unroll
     for (int j = 0; j < NV; j++) {
-        if (j >= n_vec) break;
+        if (j >= nv) break;
         float pa = __shfl_down_sync(0xffffffffu, a[j], HALF * LANES) + a[j];
         float pb = SWIGLU ? __shfl_down_sync(0xffffffffu, b[j], HALF * LANES) + b[j] : 0.0f;
         float sa = 0.0f, sb = 0.0f;
@@ -563,17 +567,37 @@ extern "C" int kiln_cuda_gemv_batch(const kiln_cuda_matrix *m, const void *xq, c
     return launch_batch<false>(&m, &y, 1, xq, xf, n_vec, accumulate, stream);
 }
 
+/* Whether ms[i..j) share type and row layout (one launch can take them). */
+static bool same_kind(const kiln_cuda_matrix *const *ms, int i, int j) {
+    for (int m = i + 1; m < j; m++)
+        if (ms[m]->type != ms[i]->type || ms[m]->k != ms[i]->k || ms[m]->row_bytes != ms[i]->row_bytes) return false;
+    return true;
+}
+
+/* Whether ms[i..j) in one launch would take the blocks each takes alone (wide or not). Measured on H100
+ * (bench_cuda_batch, one call, 1 / 8 / 64 sequences): qwen2-1.5b's Q and K together (wide alone and together)
+ * 919-921 / 3,557-3,587 / 9,804-9,836 tok/s against 900-908 / 3,466-3,471 / 9,569-9,571 one by one; llama3-8b's
+ * (Q alone 256 blocks of 16 rows, K 64 in wide blocks) together 374 / 1,173-1,177 / 2,732-2,738 against 372 /
+ * 1,185-1,187 / 2,772-2,773 one by one, so one by one there. */
+static bool same_shape(const kiln_cuda_matrix *const *ms, int i, int j) {
+    int total = 0;
+    for (int m = i; m < j; m++) total += div_up(ms[m]->n, MMA_ROWS);
+    for (int m = i; m < j; m++)
+        if (wide_blocks(div_up(ms[m]->n, MMA_ROWS)) != wide_blocks(total)) return false;
+    return true;
+}
+
 extern "C" int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats,
                                           const void *xq, const float *xf, int n_vec, cudaStream_t stream) {
     if (n_mats < 1 || n_mats > BATCH_MAX_MATS || n_vec < 1) return -1;
     for (int i = 0; i < n_mats; i++)
         if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
-    /* runs of matrices of one type and width in one launch each (Q and K, then V in another type in the K-quant
-     * mixes): the launch sets the sums' order, and which matrices share it depends on the model alone */
+    if (same_kind(ms, 0, n_mats)) return launch_batch<false>(ms, ys, n_mats, xq, xf, n_vec, false, stream);
+    /* otherwise (V in another type than Q and K in the K-quant mixes) runs of one kind in one launch each where
+     * that keeps every matrix's block shape (wide_blocks), else one launch a matrix: the launch sets the sums'
+     * order, and which matrices share it depends on the model and the GPU alone */
     for (int i = 0, j; i < n_mats; i = j) {
-        for (j = i + 1; j < n_mats && ms[j]->type == ms[i]->type && ms[j]->k == ms[i]->k &&
-                        ms[j]->row_bytes == ms[i]->row_bytes;
-             j++) {}
+        for (j = i + 1; j < n_mats && same_kind(ms, i, j + 1) && same_shape(ms, i, j + 1); j++) {}
         if (launch_batch<false>(ms + i, ys + i, j - i, xq, xf, n_vec, false, stream)) return -1;
     }
     return 0;
