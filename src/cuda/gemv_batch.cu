@@ -336,10 +336,10 @@ __device__ __forceinline__ float small_value(const kpart &p, const int8_t *qs, c
     return small_part<F>(p, xv, ft);
 }
 
-/* NV: the most vectors (1, 2 or 4; n_vec of them), so that fewer vectors' values take fewer registers. */
+/* NV: the vectors (1 to 4), so that fewer vectors' values take fewer registers. */
 template <class F, bool SWIGLU, int WARPS, int SHARE, int NV>
 __global__ void __launch_bounds__(32 * SMALL_ROWS)
-    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, int n_vec, bool prefetch) {
+    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, bool prefetch) {
     constexpr int LANES = 32 / WARPS, PAIRS = (SHARE + 1) / 2, AHEAD = small_ahead<NV>(), SLOTS = AHEAD + 1;
     int rb = blockIdx.x, mi = SWIGLU ? 0 : pick(job, rb);
     qtensor w = select3(mi, job.w[0], job.w[1], job.w[2]);
@@ -368,11 +368,10 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
     pdl_wait_and_release();
     if (row >= n) return; /* the whole warp: it is one row */
     const int8_t *qs = (const int8_t *)xq;
-    /* one or two: launched for exactly that many, so the count is known here (with the run-time count in the
-     * loops below, H100: qwen2-1.5b at one / two sequences 915-931 / 1,443-1,464 tok/s against 946-949 /
-     * 1,598-1,607, llama3-8b 373 / 532 against 385 / 624) */
-    const int nv = NV <= 2 ? NV : n_vec;
-    const __half2 *ds = (const __half2 *)(qs + (int64_t)nv * n_parts * 32);
+    /* launched for exactly NV vectors, so the loops below know their count (with a run-time count, H100:
+     * qwen2-1.5b at one / two sequences 915-931 / 1,443-1,464 tok/s against 946-949 / 1,598-1,607, llama3-8b 373 /
+     * 532 against 385 / 624) */
+    const __half2 *ds = (const __half2 *)(qs + (int64_t)NV * n_parts * 32);
     float va[NV][SHARE], vb[NV][SHARE], dx[NV][SHARE];
 #pragma unroll
     for (int q = 0; q < PAIRS; q++) {
@@ -389,7 +388,6 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
             if (SWIGLU) F::decode(rb2[q % SLOTS][i], u % F::parts, pb);
 #pragma unroll
             for (int j = 0; j < NV; j++) {
-                if (j >= nv) break;
                 va[j][k] = small_value<F>(pa, qs, ds, (int64_t)j * n_parts + u, dx[j][k]);
                 if (SWIGLU) vb[j][k] = small_value<F>(pb, qs, ds, (int64_t)j * n_parts + u, dx[j][k]);
             }
@@ -410,7 +408,6 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
             bool in = r0 + k * LANES + t < r1;
 #pragma unroll
             for (int j = 0; j < NV; j++) {
-                if (j >= nv) break;
                 float v = __shfl_sync(0xffffffffu, va[j][k], src + t), d = __shfl_sync(0xffffffffu, dx[j][k], src + t);
                 float vu = SWIGLU ? __shfl_sync(0xffffffffu, vb[j][k], src + t) : 0.0f;
                 if (in) a[j] = __fmaf_rn(v, d, a[j]);
@@ -422,7 +419,6 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
     constexpr int HALF = WARPS / 2;
 #pragma unroll
     for (int j = 0; j < NV; j++) {
-        if (j >= nv) break;
         float pa = __shfl_down_sync(0xffffffffu, a[j], HALF * LANES) + a[j];
         float pb = SWIGLU ? __shfl_down_sync(0xffffffffu, b[j], HALF * LANES) + b[j] : 0.0f;
         float sa = 0.0f, sb = 0.0f;
@@ -480,23 +476,19 @@ __global__ void __launch_bounds__(32 * F_WARPS)
 }
 
 /* The small kernel for F, its share of parts a lane (up to 4 or up to 16), the mma kernel's warps (WARPS) and n_vec
- * vectors (1, 2, or up to 4 on shares of up to 4). */
+ * vectors (1 or 2, and 3 or 4 on shares of up to 4: small_batch). */
 template <class F, bool SWIGLU, int WARPS, int SHARE>
 static void launch_small_share(int row_blocks, cudaStream_t stream, const batch_job &job, int n_parts, const void *xq,
                                int n_vec, bool prefetch) {
     dim3 block(32, SMALL_ROWS);
-    if (n_vec == 1)
-        launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, 1>, row_blocks, block, stream, job, n_parts, xq,
-                   n_vec, prefetch);
-    else if constexpr (SHARE > SMALL_SHORT_SHARE) /* two at most here (small_batch) */
-        launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, SMALL_VEC>, row_blocks, block, stream, job,
-                   n_parts, xq, n_vec, prefetch);
-    else if (n_vec == 2)
-        launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, 2>, row_blocks, block, stream, job, n_parts, xq,
-                   n_vec, prefetch);
-    else
-        launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, SMALL_MAX_VEC>, row_blocks, block, stream, job,
-                   n_parts, xq, n_vec, prefetch);
+#define GO(NV) launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, NV>, row_blocks, block, stream, job, n_parts, \
+                          xq, prefetch)
+    if (n_vec == 1) GO(1);
+    else if constexpr (SHARE > SMALL_SHORT_SHARE) GO(2);
+    else if (n_vec == 2) GO(2);
+    else if (n_vec == 3) GO(3);
+    else GO(4);
+#undef GO
 }
 
 template <class F, bool SWIGLU, int WARPS>
