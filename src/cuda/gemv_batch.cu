@@ -290,7 +290,8 @@ __global__ void __launch_bounds__(32 * WARPS)
 /* Pairs of parts a lane has in flight: two for one vector, one for two (their values take the registers). Measured
  * on H100 against one everywhere (bench_cuda_batch, one call): llama3-8b at one sequence 385-387 tok/s against
  * 372, qwen2-1.5b 929-935 against 912-914; at two sequences two lost 1% on both. One pair on long rows at one
- * vector, for 3 blocks an SM instead of 2, lost 5% on both (366 against 385, 904-908 against 947-948). */
+ * vector, for 3 blocks an SM instead of 2, lost 5% on both (366 against 385, 904-908 against 947-948); three
+ * pairs there were even. */
 template <int NV>
 __host__ __device__ constexpr int small_ahead() { return NV == 1 ? 2 : 1; }
 
