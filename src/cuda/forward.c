@@ -70,7 +70,6 @@ struct kiln_cuda_context {
     bool debug_pass;         /* the pass running now is checked (one token) */
 };
 
-
 /* The start of op in layer: a profile boundary, and a checkpoint under KILN_GPU_DEBUG. */
 static void mark(kiln_cuda_context *c, kiln_cuda_op op, int layer, uint64_t bytes, bool greedy) {
     kiln_cuda_profile_mark(c->prof, op, bytes, c->stream);

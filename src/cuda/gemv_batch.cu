@@ -1,7 +1,7 @@
 /* Matrix times several vectors for a batched step (the tokens of many sequences): each weight part is read from
  * memory and unpacked once for all the vectors of its block. Quantized weights go through int8 tensor cores
- * (gemv_batch_mma_kernel), or for one or two vectors over short rows through dp4a in the same order of operations
- * (gemv_batch_small_kernel, the same bits), float weights through FMA with F32 activations. Batches larger than a
+ * (gemv_batch_mma_kernel), or for one to four vectors through dp4a in the same order of operations
+ * (gemv_batch_small_kernel, the same bits; small_batch says where), float weights through FMA with F32 activations. Batches larger than a
  * block's vectors run as more blocks over the same rows, placed next to each other in the grid so their weight
  * reads meet in L2.
  *
@@ -483,8 +483,9 @@ template <class F, bool SWIGLU, int WARPS, int SHARE>
 static void launch_small_share(int row_blocks, cudaStream_t stream, const batch_job &job, int n_parts, const void *xq,
                                int n_vec, bool prefetch) {
     dim3 block(32, SMALL_ROWS);
-#define GO(NV) launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, NV>, row_blocks, block, stream, job, n_parts, \
-                          xq, prefetch)
+#define GO(NV)                                                                                                         \
+    launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, NV>, row_blocks, block, stream, job, n_parts, xq,      \
+               prefetch)
     if (n_vec == 1) GO(1);
     else if constexpr (SHARE > SMALL_SHORT_SHARE) GO(2);
     else if (n_vec == 2) GO(2);

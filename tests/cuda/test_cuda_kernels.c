@@ -387,7 +387,10 @@ static void test_rmsnorm(void **state) {
     static const int rows[] = {576, 1536, 3072, 4096, 5120, 8192};
     /* rows over several blocks each (the default), up to 8192 values; past that, and under KILN_CUDA_NORM_SPLIT=0,
      * one block a row */
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) check_rmsnorm_rows(rows[i], 1), check_rmsnorm_rows(rows[i], 3);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        check_rmsnorm_rows(rows[i], 1);
+        check_rmsnorm_rows(rows[i], 3);
+    }
     check_rmsnorm_rows(KILN_CUDA_NORM_MAX, 2);
     setenv("KILN_CUDA_NORM_SPLIT", "0", 1);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) check_rmsnorm_rows(rows[i], 3);
