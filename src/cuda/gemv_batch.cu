@@ -1,9 +1,9 @@
 /* Matrix times several vectors for a batched step (the tokens of many sequences): each weight part is read from
  * memory and unpacked once for all the vectors of its block. Quantized weights go through int8 tensor cores
  * (gemv_batch_mma_kernel), or for one to four vectors through dp4a in the same order of operations
- * (gemv_batch_small_kernel, the same bits; small_batch says where), float weights through FMA with F32 activations. Batches larger than a
- * block's vectors run as more blocks over the same rows, placed next to each other in the grid so their weight
- * reads meet in L2.
+ * (gemv_batch_small_kernel, the same bits; small_batch says where), float weights through FMA with F32
+ * activations. Batches larger than a block's vectors run as more blocks over the same rows, placed next to each
+ * other in the grid so their weight reads meet in L2.
  *
  * Batch invariance: vector j's result is summed in the same order whatever the batch size or j's place in it, so a
  * sequence's output does not depend on who shares the step. */

@@ -62,12 +62,11 @@ __global__ void __launch_bounds__(1024)
 /* A decode step's rows (no residual), each over blocks of NORM_SPLIT_THREADS (blockIdx.y the row): every block sums
  * the squares of the whole row (QUADS runs of four a thread, all loaded before any arithmetic: 16 KB at n = 4096,
  * from L2, where the next GEMV is about to read its weights) and writes only its own run of four a thread (out, and
- * its Q8_1). Against one block
- * of 1024 threads for the row (rmsnorm_kernel), whose reduction spans 32 warps and whose stores all leave one SM,
- * measured on H100 (tg128, in-process against a context with KILN_CUDA_NORM_SPLIT=0): blocks of 128 threads
- * llama3-8b 508.3-509.2 tok/s against 494.9-495.7 (+2.7%), qwen2-1.5b 1,349.4-1,350.8 against 1,336.0-1,337.7
- * (+1.0%); of 256 threads 507.3 and 1,346.3-1,348.2, of 64 503.1 and 1,346.1-1,346.9, of 512 506.2-506.4 and
- * 1,337.8-1,337.9, of 32 even. */
+ * its Q8_1). Against one block of 1024 threads for the row (rmsnorm_kernel), whose reduction spans 32 warps and
+ * whose stores all leave one SM, measured on H100 (tg128, in-process against a context with
+ * KILN_CUDA_NORM_SPLIT=0): blocks of 128 threads llama3-8b 508.3-509.2 tok/s against 494.9-495.7 (+2.7%),
+ * qwen2-1.5b 1,349.4-1,350.8 against 1,336.0-1,337.7 (+1.0%); of 256 threads 507.3 and 1,346.3-1,348.2, of 64 503.1
+ * and 1,346.1-1,346.9, of 512 506.2-506.4 and 1,337.8-1,337.9, of 32 even. */
 #define NORM_SPLIT_THREADS 128
 #define NORM_SPLIT_MAX_BLOCKS 16
 

@@ -21,7 +21,8 @@ for b in "${bins[@]}"; do cp "$build/$b" "$devrun/bin/"; done
 
 # every library the binaries load except the C runtime and CUDA's own (the device image has both)
 ldd "$devrun"/bin/* | awk '/=> \//{print $3}' | sort -u |
-    grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas[^/]*|libnccl)\.so' |
+    grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libgcc_s|libstdc\+\+)\.so' |
+    grep -vE '/(libcuda|libcudart|libcublas[^/]*|libnccl)\.so' |
     xargs -r cp -L -t "$devrun/lib/"
 
 gguf_dir=$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')
