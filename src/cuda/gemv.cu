@@ -340,6 +340,60 @@ __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
     gemv_rows<F, TWO, SPLIT, EPI, BATCH, early_batch<F, TWO, BATCH, MIN_BLOCKS>()>(job, ex, n_parts, xq);
 }
 
+/* Rows of at most 64 parts (one batch a lane: qwen2-1.5b's 1536-wide gate/up pair and LM head) past one wave, in a
+ * loop: one wave of blocks, each warp taking rows row, row + the grid's warps, ... The activations are loaded once a
+ * warp and held (with the offsets' sums), and no block is retired and scheduled again between rows. The first row's
+ * weights are loaded before the PDL wait. Same products in the same order as gemv_rows' one batch, so the same bits.
+ * Built for GEMV_MIN_BLOCKS blocks an SM (80 registers). Measured on H200 (tg128, against the multi-wave launches in
+ * the same run, two calls): qwen2-1.5b 1,536.2 tok/s against 1,508.7, 1,537.5 against 1,511.9 (+1.7-1.8%); with
+ * the next row's loads issued before each row's products (two rows' weights a lane, 16 warps an SM) 1,534.3 against
+ * 1,514.7; built for 32 warps an SM (64 registers, 16-72 bytes spilled) 1,520.3 against 1,557.9. Its gate/up launch
+ * went from 6.44 to 5.86 us a layer (docs/cuda.md, session 22). KILN_CUDA_GEMV_LOOP=0 turns it off, for comparisons
+ * (read at launch, like KILN_CUDA_GEMV_WAVES). */
+template <class F, int TWO>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
+    gemv_q_loop_kernel(gemv_job job, int n_parts, const void *xq) {
+    qtensor w = job.w[0], up = job.w[1];
+    float *y = job.y[0];
+    int n = job.n[0];
+    int64_t blocks_per_row = n_parts / F::parts, up_off = 0;
+    if (TWO == GEMV_PAIR) n /= 2, up = w, up_off = (int64_t)n * blocks_per_row; /* n: the pairs */
+    int lane = threadIdx.x, stride = gridDim.x * GEMV_ROWS_PER_BLOCK;
+    int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y;
+    kraw ra[2], rb[2];
+    int uc[2];
+    load_batch<F, TWO, 1, 2>(w, up, (int64_t)min(row, n - 1) * blocks_per_row, up_off, lane, n_parts, ra, rb, uc);
+    pdl_release_and_wait();
+    if (row >= n) return;
+    q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
+    q8_1_held h[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) hold_q8_1<F>(x, uc[i], h[i]);
+    for (;;) {
+        float a = 0.0f, b = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            bool in_row = lane + 32 * i < n_parts;
+            float da = dot_held<F>(ra[i], uc[i] % F::parts, h[i]);
+            a += in_row ? da : 0.0f;
+            if (TWO) {
+                float db = dot_held<F>(rb[i], uc[i] % F::parts, h[i]);
+                b += in_row ? db : 0.0f;
+            }
+        }
+        a = warp_sum(a);
+        if (TWO) b = warp_sum(b);
+        if (lane == 0) {
+            if (TWO == GEMV_SWIGLU) y[row] = silu(a) * b;
+            else store_row(y, row, a, job.accumulate);
+            if (TWO == GEMV_PAIR) store_row(y, row + n, b, job.accumulate);
+        }
+        row += stride;
+        if (row >= n) return;
+        load_batch<F, TWO, 1, 2>(w, up, (int64_t)row * blocks_per_row, up_off, lane, n_parts, ra, rb, uc);
+    }
+}
+
 /* Three matrices whose last is of another type (Q and K in F1, V in F2: Q4_K_M and Q5_K_M keep V in Q6_K in some
  * layers) in one launch instead of two; the branch is the same for a whole block. */
 template <class F1, int BATCH1, class F2, int BATCH2, int MIN_BLOCKS, int TWO, int EPI>
@@ -476,7 +530,7 @@ static int parts_per_batch(int n_parts, int split) {
  * H100 its tg128 gained 0.7-0.9% in the wide form (1225.4 and 1228.1 tok/s against 1218.6 and 1217.3 for a control
  * context in the same runs); and its gate/up pair (2240 blocks of 48-part rows), which lost 1.3% in it while a
  * loaded Q4_K part held 12 registers, gained 0.9-1.0% once it held 8 (device blocks of their own, quant_unpack.cuh):
- * 1298.6 and 1299.2 tok/s against 1287.1 and 1286.3, H100. */
+ * 1298.6 and 1299.2 tok/s against 1287.1 and 1286.3, H100. Both take the row loop now (gemv_q_loop_kernel). */
 static bool wide_launch(int blocks) {
     const char *e = getenv("KILN_CUDA_GEMV_WAVES");
     if (e && *e) return atoi(e) == 1;
@@ -501,6 +555,22 @@ static void launch_batched(int batch, int blocks, int rows_per_block, int row_by
                                                                           job, ex, n_parts, xq);
 }
 
+/* Whether a launch takes gemv_q_loop_kernel: one-batch rows past one wave, one matrix (or the gate/up pair), no norm
+ * or rope stage, unless KILN_CUDA_GEMV_LOOP=0. */
+static bool loop_launch(const gemv_extras &ex, int n_mats, int two, int split, int blocks, int n_parts) {
+    const char *e = getenv("KILN_CUDA_GEMV_LOOP");
+    if ((e && *e && atoi(e) == 0) || split != 1 || n_parts > 64 || ex.norm.w || ex.rope.a.freq) return false;
+    return (two == GEMV_SWIGLU || n_mats == 1) && wide_launch(blocks);
+}
+
+/* The loop's grid: its first wave, or fewer blocks where the rows need fewer. */
+template <class F, int TWO>
+static void launch_loop(const gemv_job &job, int blocks, int n_parts, const void *xq, cudaStream_t stream) {
+    int wave = first_wave<gemv_q_loop_kernel<F, TWO>>();
+    int grid = wave > 0 && wave < blocks ? wave : blocks;
+    launch_pdl(gemv_q_loop_kernel<F, TWO>, grid, dim3(32, GEMV_ROWS_PER_BLOCK), stream, job, n_parts, xq);
+}
+
 template <int TWO>
 static int launch_quant_as(const kiln_cuda_matrix *const *ms, int n_mats, const void *xq, gemv_job job,
                            const gemv_extras &ex, cudaStream_t stream, int split, int blocks, int rows_per_block) {
@@ -510,6 +580,7 @@ static int launch_quant_as(const kiln_cuda_matrix *const *ms, int n_mats, const 
     constexpr int CAN_NORM = TWO ? GEMV_EPI_PLAIN : GEMV_EPI_NORM;
     constexpr int CAN_ROPE = TWO == GEMV_SWIGLU ? GEMV_EPI_PLAIN : GEMV_EPI_ROPE;
     bool norm = ex.norm.w != nullptr, rope = ex.rope.a.freq != nullptr;
+    bool loop = loop_launch(ex, n_mats, TWO, split, blocks, n_parts);
     switch (m0->type) {
 #define GO(F, S, E)                                                                                                    \
     launch_batched<F, TWO, S, E>(batch, blocks, rows_per_block, bytes, stream, job, ex, n_parts, xq)
@@ -518,7 +589,8 @@ static int launch_quant_as(const kiln_cuda_matrix *const *ms, int n_mats, const 
         for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                              \
         int bytes = F::block_bytes * (TWO ? 2 : 1);                                                                \
         int batch = parts_per_batch(n_parts, split);                                                                   \
-        if (split == 2) norm ? GO(F, 2, CAN_NORM) : GO(F, 2, GEMV_EPI_PLAIN);                                          \
+        if (loop) launch_loop<F, TWO>(job, blocks, n_parts, xq, stream);                                               \
+        else if (split == 2) norm ? GO(F, 2, CAN_NORM) : GO(F, 2, GEMV_EPI_PLAIN);                                     \
         else norm ? GO(F, 1, CAN_NORM) : rope ? GO(F, 1, CAN_ROPE) : GO(F, 1, GEMV_EPI_PLAIN);                         \
         return 0;                                                                                                      \
     }

@@ -537,13 +537,21 @@ __device__ __forceinline__ void prefetch_blocks(const qtensor &t, int64_t g0, in
     prefetch_field<F>(t, threadIdx.x & 31, g0, g1);
 }
 
-/* Dot product of a loaded part with Q8_1 block u of x: int8 dp4a per half, scales applied once per half. */
-template <class F>
-__device__ __forceinline__ float dot_loaded(const kraw &r, int part, const q8_1_view &x, int u) {
-    kpart p;
-    F::decode(r, part, p);
-    int xq[8];
-    ld32b((const uint8_t *)(x.qs + 32 * (int64_t)u), xq);
+/* The plain sums of each half of a Q8_1 block's 32 values (the offsets multiply them), exactly from the int8s. */
+__device__ __forceinline__ void q8_1_half_sums(const int xq[8], int &t0, int &t1) {
+    t0 = t1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        t0 = __dp4a(0x01010101, xq[i], t0);
+        t1 = __dp4a(0x01010101, xq[4 + i], t1);
+    }
+}
+
+/* Dot product of a decoded part with a Q8_1 block's values xq, before the block's scale: int8 dp4a per half, the
+ * part's scales applied once per half. The offsets multiply the half sums of xq: given (t0, t1, a held block's) or
+ * taken here. */
+template <bool HAS_MIN, bool SUMS_GIVEN>
+__device__ __forceinline__ float dot_decoded(const kpart &p, const int xq[8], int t0, int t1) {
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -551,17 +559,45 @@ __device__ __forceinline__ float dot_loaded(const kraw &r, int part, const q8_1_
         s1 = __dp4a(p.q[4 + i], xq[4 + i], s1);
     }
     float v = p.d[0] * (float)s0 + p.d[1] * (float)s1;
-    if (F::has_min) {
-        /* the offsets multiply the plain sums of the activations, taken exactly from the int8 values */
-        int t0 = 0, t1 = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            t0 = __dp4a(0x01010101, xq[i], t0);
-            t1 = __dp4a(0x01010101, xq[4 + i], t1);
-        }
+    if (HAS_MIN) {
+        if (!SUMS_GIVEN) q8_1_half_sums(xq, t0, t1);
         v += p.m[0] * (float)t0 + p.m[1] * (float)t1;
     }
-    return v * __low2float(x.ds[u]);
+    return v;
+}
+
+/* Dot product of a loaded part with Q8_1 block u of x, loaded after the part is decoded (its weights' DRAM loads
+ * were issued first). */
+template <class F>
+__device__ __forceinline__ float dot_loaded(const kraw &r, int part, const q8_1_view &x, int u) {
+    kpart p;
+    F::decode(r, part, p);
+    int xq[8];
+    ld32b((const uint8_t *)(x.qs + 32 * (int64_t)u), xq);
+    return dot_decoded<F::has_min, false>(p, xq, 0, 0) * __low2float(x.ds[u]);
+}
+
+/* One Q8_1 block of the activations as a lane holds it: its values, its scale and their half sums. A loop over
+ * rows that share the activations holds them once (gemv_q_loop_kernel). */
+struct q8_1_held {
+    int q[8];
+    float d;
+    int t0, t1;
+};
+
+template <class F>
+__device__ __forceinline__ void hold_q8_1(const q8_1_view &x, int u, q8_1_held &h) {
+    ld32b((const uint8_t *)(x.qs + 32 * (int64_t)u), h.q);
+    h.d = __low2float(x.ds[u]);
+    h.t0 = h.t1 = 0;
+    if (F::has_min) q8_1_half_sums(h.q, h.t0, h.t1);
+}
+
+template <class F>
+__device__ __forceinline__ float dot_held(const kraw &r, int part, const q8_1_held &h) {
+    kpart p;
+    F::decode(r, part, p);
+    return dot_decoded<F::has_min, true>(p, h.q, h.t0, h.t1) * h.d;
 }
 
 /* Dot product of part `part` of block g with Q8_1 block u of x. The activations are loaded after the weights, so

@@ -247,6 +247,25 @@ static void check_dequant(kiln_type type) {
     gpu_free_all();
 }
 
+/* The row loop (gemv_q_loop_kernel: one wave of blocks, rows in turn a warp, the activations held) on launches of
+ * one-batch rows past a wave, forced on these rows: more rows than a wave's warps (several a warp), rows shorter than
+ * a warp's lanes, the residual add, the gate/up pair, row pairs; and those launches' forms without it. */
+static void check_gemv_loop(kiln_type type) {
+    setenv("KILN_CUDA_GEMV_WAVES", "1", 1);
+    const char *loop[] = {"1", "0"};
+    for (int i = 0; i < 2; i++) {
+        setenv("KILN_CUDA_GEMV_LOOP", loop[i], 1);
+        check_gemv_case(type, false, false, 1536, 4501);
+        check_gemv_case(type, true, false, 1536, 4501);
+        check_gemv_case(type, false, true, 512, 301);
+        setenv("KILN_CUDA_GEMV_PAIR", "1", 1);
+        check_gemv_case(type, false, true, 1536, 4502);
+        unsetenv("KILN_CUDA_GEMV_PAIR");
+    }
+    unsetenv("KILN_CUDA_GEMV_LOOP");
+    unsetenv("KILN_CUDA_GEMV_WAVES");
+}
+
 static void test_type(void **state) {
     SKIP_WITHOUT_GPU();
     kiln_type type = (kiln_type)(intptr_t)*state;
@@ -275,6 +294,7 @@ static void test_type(void **state) {
     check_gemv_case(type, false, false, 6144, 302);
     if (kiln_cuda_type_uses_q8_1(type)) check_gemv_multi(type, type, 512);
     unsetenv("KILN_CUDA_GEMV_PAIR");
+    if (kiln_cuda_type_uses_q8_1(type)) check_gemv_loop(type);
     check_dequant(type);
 }
 
