@@ -83,10 +83,13 @@ static double top_k_us(int n, int k) {
     return ms * 10.0;
 }
 
-/* tok/s of n_gen steps from position 0 with the default sampler (seeded): each step's whole row copied to the host
- * and sampled there, or its best logits ranked on the device (kiln_cuda_eval_best) and sampled from: the engine's
- * two paths, which choose the same tokens (out). */
-static double tg_sampled(kiln_cuda_context *ctx, int n_vocab, int n_gen, bool on_device, float *row, int32_t *out,
+/* How tg_sampled samples: each step's whole row copied to the host and sampled there; its best logits ranked on the
+ * device (kiln_cuda_eval_best) and sampled from on the host; or the draw on the device too (kiln_cuda_decode_sampled,
+ * the next step queued behind each): the engine's three paths, which choose the same tokens. */
+enum { SAMPLE_ROW, SAMPLE_BEST, SAMPLE_DRAW };
+
+/* tok/s of n_gen steps from position 0 with the default sampler (seeded), its tokens into out. */
+static double tg_sampled(kiln_cuda_context *ctx, int n_vocab, int n_gen, int how, float *row, int32_t *out,
                          kiln_error *err) {
     kiln_sampler_params p = kiln_sampler_default_params();
     p.seed = 42;
@@ -94,10 +97,16 @@ static double tg_sampled(kiln_cuda_context *ctx, int n_vocab, int n_gen, bool on
     if (kiln_sampler_new(&p, n_vocab, &s, err)) return -1;
     int32_t tok = 1, ids[KILN_CUDA_TOP_K_MAX], window[KILN_CUDA_TOP_K_MAX];
     float best[KILN_CUDA_TOP_K_MAX], window_logits[KILN_CUDA_TOP_K_MAX];
+    kiln_draw_params dp;
+    uint64_t rng[4];
+    int draw_k = kiln_sampler_device_draw(s, KILN_CUDA_TOP_K_MAX, &dp);
+    kiln_sampler_get_rng(s, rng);
     double t0 = now();
     for (int i = 0; i < n_gen && !err->msg[0]; i++) {
-        int n_window = 0, k = on_device ? kiln_sampler_candidates_wanted(s, KILN_CUDA_TOP_K_MAX, window, &n_window) : 0;
-        if (k) {
+        int n_window = 0, k = how == SAMPLE_BEST ? kiln_sampler_candidates_wanted(s, KILN_CUDA_TOP_K_MAX, window, &n_window) : 0;
+        if (how == SAMPLE_DRAW) {
+            if (kiln_cuda_decode_sampled(ctx, tok, i, draw_k, &dp, rng, &tok, err)) break;
+        } else if (k) {
             if (kiln_cuda_eval_best(ctx, &tok, 1, i, k, ids, best, window, n_window, window_logits, err)) break;
             tok = kiln_sampler_sample_candidates(s, ids, best, k, window, window_logits, n_window);
         } else {
@@ -219,26 +228,32 @@ int main(int argc, char **argv) {
     printf("pp%d %.0f tok/s | TTFT(%d) %.2f ms | tg%d %.1f tok/s = %.1f%% of roofline %.0f tok/s | %s\n", n_prompt,
            median(pp), ttft_n, median(ttft), n_gen, tgm, 100 * tgm / roof, roof,
            kiln_cuda_context_uses_graph(ctx) ? "graph" : "eager");
-    double tg_row[RUNS], tg_best[RUNS], tg_halving[RUNS];
+    double tg_row[RUNS], tg_best[RUNS], tg_halving[RUNS], tg_draw[RUNS];
     size_t ids_bytes = sizeof(int32_t) * (size_t)n_gen;
     int32_t *by_row = malloc(ids_bytes), *by_best = malloc(ids_bytes), *by_halving = malloc(ids_bytes);
+    int32_t *by_draw = malloc(ids_bytes);
     for (int r = -1; r < RUNS && !err.msg[0]; r++) {
-        double a = tg_sampled(ctx, cfg.n_vocab, n_gen, false, logits, by_row, &err);
-        double b = tg_sampled(ctx, cfg.n_vocab, n_gen, true, logits, by_best, &err);
+        double a = tg_sampled(ctx, cfg.n_vocab, n_gen, SAMPLE_ROW, logits, by_row, &err);
+        double b = tg_sampled(ctx, cfg.n_vocab, n_gen, SAMPLE_BEST, logits, by_best, &err);
         setenv("KILN_CUDA_TOPK", "2", 1); /* read at each ranking */
-        double c = tg_sampled(ctx, cfg.n_vocab, n_gen, true, logits, by_halving, &err);
+        double c = tg_sampled(ctx, cfg.n_vocab, n_gen, SAMPLE_BEST, logits, by_halving, &err);
         unsetenv("KILN_CUDA_TOPK");
-        if (r >= 0) tg_row[r] = a, tg_best[r] = b, tg_halving[r] = c;
+        double d = tg_sampled(ctx, cfg.n_vocab, n_gen, SAMPLE_DRAW, logits, by_draw, &err);
+        if (r >= 0) tg_row[r] = a, tg_best[r] = b, tg_halving[r] = c, tg_draw[r] = d;
     }
     if (err.msg[0]) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
     printf("tg%d sampled (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05): the row to the host %.1f tok/s, the "
-           "best 40 ranked on the device %.1f tok/s (by halving, KILN_CUDA_TOPK=2: %.1f), same tokens: %s\n",
-           n_gen, median(tg_row), median(tg_best), median(tg_halving),
-           memcmp(by_row, by_best, ids_bytes) || memcmp(by_row, by_halving, ids_bytes) ? "no" : "yes");
-    free(by_row), free(by_best), free(by_halving);
+           "best 40 ranked on the device %.1f tok/s (by halving, KILN_CUDA_TOPK=2: %.1f), drawn on the device too "
+           "%.1f tok/s, same tokens: %s\n",
+           n_gen, median(tg_row), median(tg_best), median(tg_halving), median(tg_draw),
+           memcmp(by_row, by_best, ids_bytes) || memcmp(by_row, by_halving, ids_bytes) ||
+                   memcmp(by_row, by_draw, ids_bytes)
+               ? "no"
+               : "yes");
+    free(by_row), free(by_best), free(by_halving), free(by_draw);
     double threshold_40 = top_k_us(cfg.n_vocab, 40), threshold_256 = top_k_us(cfg.n_vocab, 256);
     setenv("KILN_CUDA_TOPK", "2", 1);
     double halving_40 = top_k_us(cfg.n_vocab, 40), halving_256 = top_k_us(cfg.n_vocab, 256);

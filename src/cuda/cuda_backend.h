@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "model/model.h"
+#include "sample/draw.h"
 #include "util/error.h"
 
 typedef struct kiln_cuda_model kiln_cuda_model;
@@ -64,6 +65,14 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *ctx, int32_t token, int pos, in
  * row is rewritten before it is read). The context's logits are not copied: a caller that needs them uses
  * kiln_cuda_eval. */
 int kiln_cuda_decode_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int32_t *next, kiln_error *err);
+
+/* kiln_cuda_decode_greedy for a sampler that draws on the device (kiln_sampler_device_draw gave k and p): the step's
+ * k best logits are ranked there and drawn from as the host sampler draws, from PRNG state rng, which is left as the
+ * host's would be after the draw (rng in and out: 4 words). The step after it, fed the drawn token and drawing on
+ * from the state after, is queued before waiting, so a following call with (*next, pos + 1, the same k, p and the
+ * rng it left) finds it running; only 40 bytes cross to the host a step. */
+int kiln_cuda_decode_sampled(kiln_cuda_context *ctx, int32_t token, int pos, int k, const kiln_draw_params *p,
+                             uint64_t rng[4], int32_t *next, kiln_error *err);
 
 /* Under KILN_GPU_DEBUG=1: how many decode steps so far had an op diverge from the CPU; -1 when debugging is off. */
 int kiln_cuda_context_debug_diverged(const kiln_cuda_context *ctx);

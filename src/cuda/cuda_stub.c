@@ -42,6 +42,11 @@ int kiln_cuda_decode_greedy(kiln_cuda_context *ctx, int32_t token, int pos, int3
     return no_cuda(err);
 }
 
+int kiln_cuda_decode_sampled(kiln_cuda_context *ctx, int32_t token, int pos, int k, const kiln_draw_params *p,
+                             uint64_t rng[4], int32_t *next, kiln_error *err) {
+    return no_cuda(err);
+}
+
 int kiln_cuda_context_debug_diverged(const kiln_cuda_context *ctx) { return -1; }
 
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *ctx) { return false; }

@@ -21,6 +21,10 @@ enum { FUSE_ATTENTION = 1, FUSE_NORM = 2, FUSE_QKV_ROPE = 4 };
  * context. */
 #define MAX_SPANS 16
 
+/* What a decode step ends with: logits only; the argmax fed back (greedy); a draw among the best logits fed back
+ * (kiln_cuda_decode_sampled). Each mode has its captured graphs. */
+enum { STEP_LOGITS, STEP_GREEDY, STEP_SAMPLED, STEP_MODES };
+
 /* The default: FUSE_QKV_ROPE, the rope stage done by the Q/K/V GEMV's blocks where rotation pairs are neighbouring
  * rows (kiln_cuda_gemv_qkv_rope; NeoX models' Q/K rows are uploaded so, executor.h). FUSE_ATTENTION (KILN_CUDA_FUSE=1) runs the rope stage, the attention
  * and the merge in one launch; since the split kernel loads its K/V rows before waiting for the rope kernel and
@@ -39,10 +43,15 @@ struct kiln_cuda_context {
     int32_t *h_io;     /* pinned staging of d_io */
     int32_t *h_tokens; /* pinned: two slots, so one step's id is read while the next step runs */
     cudaEvent_t token_ready[2];
-    /* kiln_cuda_decode_greedy's steps in flight (0..2), the oldest at ahead_pos, fed ahead_token (the next one is
-     * fed the oldest's argmax on the device); the step at position p leaves its id in h_tokens[p & 1] */
-    int n_ahead;
+    /* the steps of kiln_cuda_decode_greedy or _sampled (ahead_mode) in flight (0..2), the oldest at ahead_pos, fed
+     * ahead_token (the next one is fed the oldest's token on the device); the step at position p leaves its id in
+     * h_tokens[p & 1] (greedy) or h_draw[p & 1] (sampled, with the PRNG state after its draw) */
+    int n_ahead, ahead_mode;
     int32_t ahead_token, ahead_pos;
+    kiln_cuda_draw *d_draw;  /* the sampled steps' draw: parameters, PRNG state, token */
+    kiln_cuda_draw *h_draw;  /* pinned: the draw to upload, then two slots of what steps left */
+    kiln_rng ahead_rng;      /* the PRNG state the oldest sampled step in flight starts from */
+    int draw_k;              /* the best logits a sampled step draws among (its graphs are captured for it) */
     float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
     void *argmax_scratch;
     void *top_scratch; /* kiln_cuda_eval_best: the top-k's scratch (kiln_cuda_top_k_scratch_bytes) */
@@ -58,9 +67,9 @@ struct kiln_cuda_context {
     int attn_warps;          /* KILN_CUDA_ATTN_WARPS: warps a block of one token's attention (0: the default) */
     unsigned skip;           /* KILN_CUDA_SKIP: decode-step launches left out, for pricing them (SKIP_* bits) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
-    /* the decode step, [0] leaving logits, [1] greedy (argmax fed back, position advanced), captured per span */
-    cudaGraphExec_t graph[2][MAX_SPANS];
-    bool graph_tried[2][MAX_SPANS], graph_ok[2][MAX_SPANS];
+    /* the decode step of each mode (STEP_*), captured per span */
+    cudaGraphExec_t graph[STEP_MODES][MAX_SPANS];
+    bool graph_tried[STEP_MODES][MAX_SPANS], graph_ok[STEP_MODES][MAX_SPANS];
     int span; /* positions the step being launched or captured is built for (span_of) */
     kiln_cuda_profile *prof; /* while profiling: every op timed, no graph */
     kiln_cuda_debug *debug;  /* KILN_GPU_DEBUG=1: every op of a decode step checked on the CPU, no graph */
@@ -116,6 +125,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
         {&c->k_cache, cache},
         {&c->v_cache, cache},
         {(void **)&c->counters, sizeof(unsigned) * counters},
+        {(void **)&c->d_draw, sizeof(kiln_cuda_draw)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (!bufs[i].bytes) continue;
@@ -126,6 +136,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     c->d_tokens = c->d_io + 1;
     cudaError_t e = cudaMemset(c->counters, 0, sizeof(unsigned) * counters);
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_best, BEST_BYTES, cudaHostAllocDefault);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_draw, 3 * sizeof(kiln_cuda_draw), cudaHostAllocDefault);
     if (e != cudaSuccess) return e;
     return cudaHostAlloc((void **)&c->h_io, sizeof(int32_t) * (T + 1), cudaHostAllocDefault);
 }
@@ -142,12 +153,12 @@ static kiln_cuda_rope_args rope_args(const kiln_cuda_context *c) {
  * the step against the full one prices each kernel inside the replayed graph, where launches overlap and ncu's
  * per-kernel times do not apply (docs/cuda.md, session 14). The logits are then wrong: never for generation. */
 enum { SKIP_NORM = 1, SKIP_ROPE = 2, SKIP_ATTENTION = 4, SKIP_QUANTIZE = 8, SKIP_QKV = 16, SKIP_WO = 32,
-       SKIP_GATE_UP = 64, SKIP_DOWN = 128 };
+       SKIP_GATE_UP = 64, SKIP_DOWN = 128, SKIP_HEAD = 256 };
 
 static unsigned skip_ops(const char *list) {
     static const struct { const char *name; unsigned bit; } ops[] = {
         {"norm", SKIP_NORM}, {"rope", SKIP_ROPE}, {"attention", SKIP_ATTENTION}, {"quantize", SKIP_QUANTIZE},
-        {"qkv", SKIP_QKV}, {"wo", SKIP_WO}, {"gate_up", SKIP_GATE_UP}, {"down", SKIP_DOWN}};
+        {"qkv", SKIP_QKV}, {"wo", SKIP_WO}, {"gate_up", SKIP_GATE_UP}, {"down", SKIP_DOWN}, {"head", SKIP_HEAD}};
     unsigned bits = 0;
     for (const char *p = list; p && *p; p += strcspn(p, "+") + (p[strcspn(p, "+")] == '+')) {
         size_t len = strcspn(p, "+");
@@ -270,20 +281,21 @@ int kiln_cuda_context_set_profile(kiln_cuda_context *c, bool on, kiln_error *err
 void kiln_cuda_context_free(kiln_cuda_context *c) {
     if (!c) return;
     free_profile(c);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < STEP_MODES; i++)
         for (int s = 0; s < MAX_SPANS; s++)
             if (c->graph[i][s]) cudaGraphExecDestroy(c->graph[i][s]);
     if (c->blas) cublasDestroy(c->blas);
     kiln_cuda_debug_free(c->debug);
     void *bufs[] = {c->d_io, c->x, c->h, c->q, c->k, c->v, c->attn, c->ff, c->ff2, c->logits, c->argmax_scratch,
                     c->top_scratch, c->d_best, c->part, c->act_q, c->act_f16, c->w_f16, c->k_cache, c->v_cache,
-                    c->counters, c->d_layers};
+                    c->counters, c->d_layers, c->d_draw};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     for (int i = 0; i < 2; i++)
         if (c->token_ready[i]) cudaEventDestroy(c->token_ready[i]);
     if (c->h_tokens) cudaFreeHost(c->h_tokens);
     if (c->h_io) cudaFreeHost(c->h_io);
     if (c->h_best) cudaFreeHost(c->h_best);
+    if (c->h_draw) cudaFreeHost(c->h_draw);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }
@@ -293,8 +305,9 @@ int kiln_cuda_context_debug_diverged(const kiln_cuda_context *c) {
 }
 
 bool kiln_cuda_context_uses_graph(const kiln_cuda_context *c) {
-    for (int s = 0; s < MAX_SPANS; s++)
-        if (c->graph_ok[0][s] || c->graph_ok[1][s]) return true;
+    for (int m = 0; m < STEP_MODES; m++)
+        for (int s = 0; s < MAX_SPANS; s++)
+            if (c->graph_ok[m][s]) return true;
     return false;
 }
 
@@ -455,9 +468,11 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
                            last ? &cm->output : &cm->layers[l + 1].wq);
 }
 
-/* T tokens from d_tokens at positions *d_pos..; logits of the last one into c->logits. With greedy, the argmax
- * replaces d_tokens[0] and the position advances: the self-feeding step a graph replays. */
-static int forward(kiln_cuda_context *c, int T, bool greedy) {
+/* T tokens from d_tokens at positions *d_pos..; logits of the last one into c->logits. With STEP_GREEDY the argmax,
+ * with STEP_SAMPLED a draw among the draw_k best, replaces d_tokens[0] and the position advances: the self-feeding
+ * step a graph replays. */
+static int forward(kiln_cuda_context *c, int T, int mode) {
+    bool greedy = mode == STEP_GREEDY;
     kiln_cuda_model *cm = c->cm;
     const kiln_config *cfg = &cm->cfg;
     c->debug_pass = c->debug && T == 1;
@@ -480,11 +495,13 @@ static int forward(kiln_cuda_context *c, int T, bool greedy) {
         norm(c, cm->output_norm, last, hq, 1);
     }
     MARK(c, KILN_OP_HEAD, top, mbytes(&cm->output));
-    if (kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;
+    if (!skipped(c, T, SKIP_HEAD) && kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;
     mark(c, KILN_OP_ARGMAX, top, 0, greedy);
-    if (greedy) {
-        kiln_cuda_argmax(c->logits, cfg->n_vocab, c->argmax_scratch, c->d_tokens, c->d_pos, c->stream);
-    }
+    if (greedy) kiln_cuda_argmax(c->logits, cfg->n_vocab, c->argmax_scratch, c->d_tokens, c->d_pos, c->stream);
+    if (mode == STEP_SAMPLED && kiln_cuda_top_k_draw(c->logits, cfg->n_vocab, c->draw_k, c->top_scratch,
+                                                     (float *)(c->d_best + KILN_CUDA_TOP_K_MAX), c->d_best, c->d_draw,
+                                                     c->d_tokens, c->d_pos, c->stream))
+        return -1;
     mark(c, KILN_OP_COUNT, top, 0, greedy);
     return 0;
 }
@@ -505,7 +522,7 @@ static int set_inputs(kiln_cuda_context *c, const int32_t *tokens, int n, int po
     return e == cudaSuccess ? 0 : cuda_error(err, "copying inputs", e);
 }
 
-static void capture_decode_graph(kiln_cuda_context *c, int greedy, int s);
+static void capture_decode_graph(kiln_cuda_context *c, int mode, int s);
 
 /* The persistent step's stage times, from the stamps of the pass that has just ended, into the profile. */
 static void collect_stamps(kiln_cuda_context *c) {
@@ -545,19 +562,19 @@ static int span_of(const kiln_cuda_context *c, int index) {
 
 /* One decode step at pos: the graph captured for its span when there is one, else eager launches (timed ones while
  * profiling). */
-static int decode_step(kiln_cuda_context *c, int greedy, int pos) {
+static int decode_step(kiln_cuda_context *c, int mode, int pos) {
     int s = span_index(c, pos);
     c->span = span_of(c, s);
-    if (!c->graph_tried[greedy][s] && !c->prof && !c->debug) capture_decode_graph(c, greedy, s);
+    if (!c->graph_tried[mode][s] && !c->prof && !c->debug) capture_decode_graph(c, mode, s);
     if (c->prof || c->debug) {
-        int rc = forward(c, 1, greedy);
+        int rc = forward(c, 1, mode);
         cudaStreamSynchronize(c->stream);
         kiln_cuda_profile_collect(c->prof);
         collect_stamps(c);
         return rc;
     }
-    if (c->graph_ok[greedy][s]) return cudaGraphLaunch(c->graph[greedy][s], c->stream) == cudaSuccess ? 0 : -1;
-    return forward(c, 1, greedy);
+    if (c->graph_ok[mode][s]) return cudaGraphLaunch(c->graph[mode][s], c->stream) == cudaSuccess ? 0 : -1;
+    return forward(c, 1, mode);
 }
 
 /* Queues tokens[0..n) at pos.. in batches; waits for each batch but the last, which wait_last says. */
@@ -571,7 +588,7 @@ static int run_tokens(kiln_cuda_context *c, const int32_t *tokens, int n, int po
     for (int done = 0; done < n;) {
         int T = n - done < c->n_batch ? n - done : c->n_batch;
         if (set_inputs(c, tokens + done, T, pos + done, err)) return -1;
-        if (T == 1 ? decode_step(c, 0, pos + done) : forward(c, T, false))
+        if (T == 1 ? decode_step(c, STEP_LOGITS, pos + done) : forward(c, T, STEP_LOGITS))
             return kiln_fail(err, "CUDA forward pass: a kernel rejected its arguments");
         done += T;
         if ((done < n || wait_last) && check_launches(c, err)) return -1;
@@ -620,21 +637,21 @@ int kiln_cuda_eval_best(kiln_cuda_context *c, const int32_t *tokens, int n, int 
 }
 
 /* Captures the decode step of span s once (c->span set); on failure says so and leaves eager launches in charge. */
-static void capture_decode_graph(kiln_cuda_context *c, int greedy, int s) {
-    c->graph_tried[greedy][s] = true;
+static void capture_decode_graph(kiln_cuda_context *c, int mode, int s) {
+    c->graph_tried[mode][s] = true;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
-    int rc = e == cudaSuccess ? forward(c, 1, greedy) : -1;
+    int rc = e == cudaSuccess ? forward(c, 1, mode) : -1;
     cudaError_t end = e == cudaSuccess ? cudaStreamEndCapture(c->stream, &g) : e;
     if (e == cudaSuccess) e = end;
-    if (e == cudaSuccess && rc == 0) e = cudaGraphInstantiate(&c->graph[greedy][s], g, 0);
+    if (e == cudaSuccess && rc == 0) e = cudaGraphInstantiate(&c->graph[mode][s], g, 0);
     if (g) cudaGraphDestroy(g);
-    c->graph_ok[greedy][s] = e == cudaSuccess && rc == 0;
-    if (!c->graph_ok[greedy][s]) {
+    c->graph_ok[mode][s] = e == cudaSuccess && rc == 0;
+    if (!c->graph_ok[mode][s]) {
         fprintf(stderr, "kiln: CUDA graph capture failed (%s): decoding with eager launches\n",
                 e != cudaSuccess ? cudaGetErrorString(e) : "a kernel rejected its arguments");
         cudaGetLastError();
-        c->graph[greedy][s] = NULL;
+        c->graph[mode][s] = NULL;
     }
 }
 
@@ -648,7 +665,7 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
     /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
     for (int i = 0; i <= n_gen; i++) {
         if (i < n_gen) {
-            if (decode_step(c, 1, pos + i)) return kiln_fail(err, "CUDA decode step %d failed to launch", i);
+            if (decode_step(c, STEP_GREEDY, pos + i)) return kiln_fail(err, "CUDA decode step %d failed to launch", i);
             cudaMemcpyAsync(&c->h_tokens[i & 1], c->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
             cudaEventRecord(c->token_ready[i & 1], c->stream);
         }
@@ -661,34 +678,82 @@ int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int 
     return check_launches(c, err);
 }
 
-/* Queues the greedy step at pos, whose id lands in h_tokens[pos & 1] when token_ready[pos & 1] fires. */
-static int queue_greedy_step(kiln_cuda_context *c, int pos) {
+/* Queues the step of mode (greedy or sampled) at pos; what it leaves for the host, its id or its draw, is copied to
+ * slot pos & 1 (h_tokens or h_draw[1..2]) and token_ready[pos & 1] fires once it is there. */
+static int queue_step(kiln_cuda_context *c, int mode, int pos) {
     int slot = pos & 1;
-    if (decode_step(c, 1, pos)) return -1;
-    cudaError_t e = cudaMemcpyAsync(&c->h_tokens[slot], c->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
+    if (decode_step(c, mode, pos)) return -1;
+    cudaError_t e = mode == STEP_GREEDY ? cudaMemcpyAsync(&c->h_tokens[slot], c->d_tokens, sizeof(int32_t),
+                                                          cudaMemcpyDeviceToHost, c->stream)
+                                        : cudaMemcpyAsync(&c->h_draw[1 + slot], c->d_draw, sizeof(kiln_cuda_draw),
+                                                          cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess) e = cudaEventRecord(c->token_ready[slot], c->stream);
     return e == cudaSuccess ? 0 : -1;
 }
 
-int kiln_cuda_decode_greedy(kiln_cuda_context *c, int32_t token, int pos, int32_t *next, kiln_error *err) {
+/* kiln_cuda_decode_greedy and _sampled: the step at pos fed token, the next one queued behind it before waiting.
+ * A sampled step's draw (parameters and PRNG state) goes up from h_draw[0] whenever the queue starts again. */
+static int decode_ahead(kiln_cuda_context *c, int mode, int32_t token, int pos, int32_t *next, kiln_error *err) {
     if (pos < 0 || pos >= c->n_ctx) return kiln_fail(err, "position %d is outside the context of %d", pos, c->n_ctx);
     if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
-    if (!(c->n_ahead > 0 && c->ahead_pos == pos && c->ahead_token == token)) {
+    if (!(c->n_ahead > 0 && c->ahead_mode == mode && c->ahead_pos == pos && c->ahead_token == token)) {
         c->n_ahead = 0; /* not what was guessed: those steps run first, and their KV rows are rewritten */
-        if (set_inputs(c, &token, 1, pos, err) || queue_greedy_step(c, pos))
-            return kiln_fail(err, "CUDA decode step failed to launch");
-        c->n_ahead = 1, c->ahead_pos = pos, c->ahead_token = token;
+        bool failed = set_inputs(c, &token, 1, pos, err);
+        if (!failed && mode == STEP_SAMPLED)
+            failed = cudaMemcpyAsync(c->d_draw, c->h_draw, sizeof(kiln_cuda_draw), cudaMemcpyHostToDevice,
+                                     c->stream) != cudaSuccess;
+        if (failed || queue_step(c, mode, pos)) return kiln_fail(err, "CUDA decode step failed to launch");
+        c->n_ahead = 1, c->ahead_mode = mode, c->ahead_pos = pos, c->ahead_token = token;
     }
-    /* two steps in flight: the next one, fed by this one's argmax on the device, is queued before waiting, so the
+    /* two steps in flight: the next one, fed by this one's token on the device, is queued before waiting, so the
      * GPU never waits for the host between steps (eager passes under profiling or debugging go one at a time) */
     if (c->n_ahead == 1 && pos + 1 < c->n_ctx && !c->prof && !c->debug) {
-        if (queue_greedy_step(c, pos + 1)) return kiln_fail(err, "CUDA decode step failed to launch");
+        if (queue_step(c, mode, pos + 1)) return kiln_fail(err, "CUDA decode step failed to launch");
         c->n_ahead = 2;
     }
     cudaError_t e = cudaEventSynchronize(c->token_ready[pos & 1]);
     if (e != cudaSuccess) return cuda_error(err, "decode step", e);
-    *next = c->h_tokens[pos & 1];
+    *next = mode == STEP_GREEDY ? c->h_tokens[pos & 1] : c->h_draw[1 + (pos & 1)].token;
     c->n_ahead--, c->ahead_pos = pos + 1, c->ahead_token = *next;
     e = cudaGetLastError();
     return e == cudaSuccess ? 0 : cuda_error(err, "decode step", e);
+}
+
+int kiln_cuda_decode_greedy(kiln_cuda_context *c, int32_t token, int pos, int32_t *next, kiln_error *err) {
+    return decode_ahead(c, STEP_GREEDY, token, pos, next, err);
+}
+
+/* The sampled steps' graphs captured again for draws among k best (their top-k launches are shaped by k). */
+static void set_draw_k(kiln_cuda_context *c, int k) {
+    if (c->draw_k == k) return;
+    cudaStreamSynchronize(c->stream); /* no replay of the graphs to go is still queued */
+    for (int s = 0; s < MAX_SPANS; s++) {
+        if (c->graph[STEP_SAMPLED][s]) cudaGraphExecDestroy(c->graph[STEP_SAMPLED][s]);
+        c->graph[STEP_SAMPLED][s] = NULL;
+        c->graph_tried[STEP_SAMPLED][s] = c->graph_ok[STEP_SAMPLED][s] = false;
+    }
+    c->draw_k = k;
+    if (c->ahead_mode == STEP_SAMPLED) c->n_ahead = 0;
+}
+
+int kiln_cuda_decode_sampled(kiln_cuda_context *c, int32_t token, int pos, int k, const kiln_draw_params *p,
+                             uint64_t rng[4], int32_t *next, kiln_error *err) {
+    if (k < 1 || k > KILN_CUDA_TOP_K_MAX || k >= c->cm->cfg.n_vocab)
+        return kiln_fail(err, "a draw among the %d best logits: 1 to %d, below the vocabulary of %d", k,
+                         KILN_CUDA_TOP_K_MAX, c->cm->cfg.n_vocab);
+    set_draw_k(c, k);
+    /* the step in flight was fed this token and draws with these parameters from this state, or the queue starts
+     * again from them (the upload of h_draw[0] before has been done: the step after it was waited for) */
+    bool in_flight = c->n_ahead > 0 && c->ahead_mode == STEP_SAMPLED && c->ahead_pos == pos &&
+                     c->ahead_token == token && !memcmp(&c->h_draw[0].p, p, sizeof *p) &&
+                     !memcmp(c->ahead_rng.s, rng, sizeof c->ahead_rng.s);
+    if (!in_flight) {
+        c->n_ahead = 0;
+        c->h_draw[0].p = *p;
+        memcpy(c->h_draw[0].rng.s, rng, sizeof c->h_draw[0].rng.s);
+    }
+    if (decode_ahead(c, STEP_SAMPLED, token, pos, next, err)) return -1;
+    memcpy(rng, c->h_draw[1 + (pos & 1)].rng.s, sizeof c->ahead_rng.s);
+    memcpy(c->ahead_rng.s, rng, sizeof c->ahead_rng.s);
+    return 0;
 }

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "quant/types.h"
+#include "sample/draw.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -244,6 +245,20 @@ void kiln_cuda_argmax(const float *x, int n, void *scratch, int32_t *d_out, int3
 size_t kiln_cuda_top_k_scratch_bytes(int n, int rows, int k);
 int kiln_cuda_top_k(const float *v, int n, int rows, int k, void *scratch, float *out_v, int32_t *out_id,
                     cudaStream_t stream);
+/* A draw on the device as the host sampler draws (sample/draw.h): its parameters, and the PRNG state it starts
+ * from and leaves with the token it drew. */
+typedef struct kiln_cuda_draw {
+    kiln_draw_params p;
+    int32_t token;
+    kiln_rng rng;
+} kiln_cuda_draw;
+
+/* kiln_cuda_top_k of one row, then the draw among its k best (draw in device memory): the token into draw->token
+ * and *d_token, and d_advance, when not NULL, moved on by one (a captured step's position, as kiln_cuda_argmax). The
+ * token and PRNG state are those kiln_sampler_sample_candidates gives from the same k best and state. */
+int kiln_cuda_top_k_draw(const float *v, int n, int k, void *scratch, float *out_v, int32_t *out_id,
+                         kiln_cuda_draw *draw, int32_t *d_token, int32_t *d_advance, cudaStream_t stream);
+
 /* out[i] = v[ids[i]] for i < n. */
 void kiln_cuda_gather_f32(const float *v, const int32_t *ids, int n, float *out, cudaStream_t stream);
 

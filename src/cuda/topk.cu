@@ -205,13 +205,33 @@ __device__ void stream_row(const float *v, int n, float th, int run, float *sv, 
     sort_tile(sv, si, TOPK_TILE);
 }
 
+/* The host sampler's draw (sample/draw.h) among the k best in the sorted tile: both weights of every candidate in
+ * parallel, then the sums in order by one thread, as the host sums them. The token goes to draw->token and
+ * *d_token, the PRNG state after the draw to draw->rng; d_advance (a captured step's position), when not NULL, moves
+ * on by one. p and rng were loaded before the kernel's wait (the previous step wrote rng, and it has ended). */
+__device__ void draw_from_tile(const float *sv, const int32_t *si, int k, const kiln_draw_params &p, kiln_rng rng,
+                               kiln_cuda_draw *draw, int32_t *d_token, int32_t *d_advance) {
+    __shared__ float w[KILN_CUDA_TOP_K_MAX], t[KILN_CUDA_TOP_K_MAX];
+    for (int i = threadIdx.x; i < k; i += blockDim.x) w[i] = kiln_draw_weight(sv, i), t[i] = kiln_draw_tempered(sv, i, &p);
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    int32_t token = si[kiln_draw_index(t, kiln_draw_keep(sv, w, k, &p), kiln_rng_uniform(&rng))];
+    draw->rng = rng, draw->token = token, *d_token = token;
+    if (d_advance) *d_advance += 1;
+}
+
 /* Row blockIdx.x's k best out (rows k apart): its candidates sorted (a tile of the next power of two), or, where
- * more than a tile of them reached the threshold, the row streamed (stream_row). */
+ * more than a tile of them reached the threshold, the row streamed (stream_row). With draw (one row), then the
+ * draw among them (draw_from_tile). */
 __global__ void __launch_bounds__(TOPK_THREADS)
     select_kernel(const float *v, int n, const float *threshold, const int *count, const float *cand_v,
-                  const int32_t *cand_id, int k, int run, float *out_v, int32_t *out_id) {
+                  const int32_t *cand_id, int k, int run, float *out_v, int32_t *out_id, kiln_cuda_draw *draw,
+                  int32_t *d_token, int32_t *d_advance) {
     __shared__ float sv[TOPK_TILE];
     __shared__ int32_t si[TOPK_TILE];
+    kiln_draw_params p = {};
+    kiln_rng rng = {};
+    if (draw) p = draw->p, rng = draw->rng;
     pdl_wait_and_release();
     int row = blockIdx.x, c = count[row];
     if (c <= TOPK_TILE) {
@@ -228,6 +248,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     }
     for (int i = threadIdx.x; i < k; i += blockDim.x)
         out_v[(int64_t)row * k + i] = sv[i], out_id[(int64_t)row * k + i] = si[i];
+    if (draw) draw_from_tile(sv, si, k, p, rng, draw, d_token, d_advance);
 }
 
 static int tiles(int n) { return div_up(n, TOPK_TILE); }
@@ -268,7 +289,8 @@ static threshold_scratch threshold_parts(void *scratch, int rows) {
 static size_t threshold_bytes(int rows) { return (size_t)rows * (TOPK_MAX_CHUNKS + 2 + 2 * TOPK_TILE) * 4; }
 
 static int top_k_threshold(const float *v, int n, int rows, int k, int run, void *scratch, float *out_v,
-                           int32_t *out_id, cudaStream_t stream) {
+                           int32_t *out_id, cudaStream_t stream, kiln_cuda_draw *draw = nullptr,
+                           int32_t *d_token = nullptr, int32_t *d_advance = nullptr) {
     threshold_scratch t = threshold_parts(scratch, rows);
     int chunk, g = chunks(n, k, &chunk);
     launch_pdl(chunk_max_kernel, dim3(g, rows), TOPK_SCAN_THREADS, stream, v, n, chunk, t.maxima, g);
@@ -276,8 +298,14 @@ static int top_k_threshold(const float *v, int n, int rows, int k, int run, void
     launch_pdl(chunk_filter_kernel, dim3(g, rows), TOPK_SCAN_THREADS, stream, v, n, chunk,
                (const float *)t.threshold, t.count, t.cand_v, t.cand_id);
     launch_pdl(select_kernel, rows, TOPK_THREADS, stream, v, n, (const float *)t.threshold, (const int *)t.count,
-               (const float *)t.cand_v, (const int32_t *)t.cand_id, k, run, out_v, out_id);
+               (const float *)t.cand_v, (const int32_t *)t.cand_id, k, run, out_v, out_id, draw, d_token, d_advance);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
+static int run_of(int k) {
+    int run = 2;
+    while (run < k) run <<= 1;
+    return run;
 }
 
 extern "C" size_t kiln_cuda_top_k_scratch_bytes(int n, int rows, int k) {
@@ -289,8 +317,7 @@ extern "C" size_t kiln_cuda_top_k_scratch_bytes(int n, int rows, int k) {
 extern "C" int kiln_cuda_top_k(const float *v, int n, int rows, int k, void *scratch, float *out_v, int32_t *out_id,
                                cudaStream_t stream) {
     if (k < 1 || k > KILN_CUDA_TOP_K_MAX || k > n || rows < 1 || rows > 65535) return -1;
-    int run = 2;
-    while (run < k) run <<= 1;
+    int run = run_of(k);
     if (top_k_version() != 2) return top_k_threshold(v, n, rows, k, run, scratch, out_v, out_id, stream);
     size_t half = (size_t)rows * (size_t)tiles(n) * (size_t)k;
     float *sv[2] = {(float *)scratch, (float *)scratch + half};
@@ -308,6 +335,12 @@ extern "C" int kiln_cuda_top_k(const float *v, int n, int rows, int k, void *scr
         if (last) return cudaGetLastError() == cudaSuccess ? 0 : -1;
         in_v = ov, in_id = oi, n = out_n;
     }
+}
+
+extern "C" int kiln_cuda_top_k_draw(const float *v, int n, int k, void *scratch, float *out_v, int32_t *out_id,
+                                    kiln_cuda_draw *draw, int32_t *d_token, int32_t *d_advance, cudaStream_t stream) {
+    if (k < 1 || k > KILN_CUDA_TOP_K_MAX || k > n) return -1;
+    return top_k_threshold(v, n, 1, k, run_of(k), scratch, out_v, out_id, stream, draw, d_token, d_advance);
 }
 
 __global__ void gather_f32_kernel(const float *v, const int32_t *ids, int n, float *out) {

@@ -155,6 +155,20 @@ int kiln_ctx_decode_greedy(kiln_context *c, int32_t token, int32_t *next, kiln_e
     return 0;
 }
 
+int kiln_ctx_sampled_on_device(const kiln_context *c, const kiln_sampler *s, kiln_draw_params *p) {
+    return c->cuda ? kiln_sampler_device_draw(s, KILN_CUDA_TOP_K_MAX, p) : 0;
+}
+
+int kiln_ctx_decode_sampled(kiln_context *c, int32_t token, kiln_sampler *s, int k, const kiln_draw_params *p,
+                            int32_t *next, kiln_error *err) {
+    uint64_t rng[4];
+    kiln_sampler_get_rng(s, rng);
+    if (kiln_cuda_decode_sampled(c->cuda, token, c->n_past, k, p, rng, next, err)) return -1;
+    kiln_sampler_set_rng(s, rng);
+    c->tokens[c->n_past++] = token;
+    return 0;
+}
+
 int kiln_ctx_eval_best(kiln_context *c, int32_t token, int k, int32_t *ids, float *logits, const int32_t *window,
                        int n_window, float *window_logits, kiln_error *err) {
     if (kiln_cuda_eval_best(c->cuda, &token, 1, c->n_past, k, ids, logits, window, n_window, window_logits, err))

@@ -41,6 +41,13 @@ bool kiln_ctx_greedy_on_device(const kiln_context *c, const kiln_sampling_params
 
 /* Evaluates token at n_past and puts the argmax of its logits in *next, on the device (c->logits is not updated). */
 int kiln_ctx_decode_greedy(kiln_context *c, int32_t token, int32_t *next, kiln_error *err);
+/* Whether sampling with s can draw on the GPU (kiln_ctx_decode_sampled): a CUDA context and a sampler that needs
+ * only the best k logits and its PRNG (kiln_sampler_device_draw). Returns that k and fills p; 0: it cannot. */
+int kiln_ctx_sampled_on_device(const kiln_context *c, const kiln_sampler *s, kiln_draw_params *p);
+/* Evaluates token at n_past and draws the next token into *next on the device, as s would draw from the logits
+ * (k and p from kiln_ctx_sampled_on_device), advancing s's PRNG as that draw would (c->logits is not updated). */
+int kiln_ctx_decode_sampled(kiln_context *c, int32_t token, kiln_sampler *s, int k, const kiln_draw_params *p,
+                            int32_t *next, kiln_error *err);
 /* Evaluates token at n_past on the GPU and fetches only the k best of its logits (ids, best first) and those of the
  * window's tokens (kiln_cuda_eval_best; c->logits is not updated). */
 int kiln_ctx_eval_best(kiln_context *c, int32_t token, int k, int32_t *ids, float *logits, const int32_t *window,

@@ -44,15 +44,19 @@ static int run(kiln_gen *g, kiln_context *c, const int32_t *prompt, int n_prompt
         return -1;
     double t1 = now_ms();
     g->res.prefill_ms = t1 - t0;
-    /* greedy on the GPU: each step's argmax stays on the device and only its id comes back; sampling on the GPU:
-     * only the best logits come back */
+    /* on the GPU: greedy, each step's argmax stays on the device and only its id comes back; a sampler that needs
+     * only the best k logits and its PRNG, the draw too (its id and PRNG state come back); other samplers, only the
+     * best logits come back */
     bool device_greedy = kiln_ctx_greedy_on_device(c, &g->params->sampling);
+    kiln_draw_params draw;
+    int draw_k = device_greedy ? 0 : kiln_ctx_sampled_on_device(c, g->sampler, &draw);
     int32_t tok, chosen = -1;
     int rc;
     while ((rc = chosen >= 0 ? kiln_gen_take(g, chosen, NULL, c->n_past, &tok, err)
                              : kiln_gen_next(g, c->logits, c->n_past, &tok, err)) == 0) {
         chosen = -1;
         int r = device_greedy ? kiln_ctx_decode_greedy(c, tok, &chosen, err)
+                : draw_k      ? kiln_ctx_decode_sampled(c, tok, g->sampler, draw_k, &draw, &chosen, err)
                               : sample_best_on_device(g, c, tok, &chosen, err);
         if (r == 1) r = kiln_ctx_eval(c, &tok, 1, c->n_past, NULL, false, err);
         if (r) return -1;

@@ -23,6 +23,9 @@ struct kiln_sampler {
     int history_cap, history_len, history_head;
     int32_t *counts;  /* appearances of each token in the history window, n_vocab */
     int32_t *cand_ids; /* the ids of kiln_sampler_sample_candidates' logits (those in logits), n_vocab */
+    float *ranked;     /* the logits of cand in its order, for draw.h, n_vocab */
+    float *weights;    /* their weights (draw.h), n_vocab */
+    kiln_draw_params draw; /* from p */
 };
 
 kiln_sampler_params kiln_sampler_default_params(void) {
@@ -49,7 +52,9 @@ int kiln_sampler_new(const kiln_sampler_params *p, int n_vocab, kiln_sampler **o
     s->history = malloc(sizeof *s->history * (size_t)s->history_cap);
     s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
     s->cand_ids = malloc(sizeof *s->cand_ids * (size_t)n_vocab);
-    if (!s->cand || !s->logits || !s->history || !s->counts || !s->cand_ids) {
+    s->ranked = malloc(sizeof *s->ranked * (size_t)n_vocab);
+    s->weights = malloc(sizeof *s->weights * (size_t)n_vocab);
+    if (!s->cand || !s->logits || !s->history || !s->counts || !s->cand_ids || !s->ranked || !s->weights) {
         kiln_sampler_free(s);
         return kiln_fail(err, "out of memory for the sampler");
     }
@@ -58,6 +63,8 @@ int kiln_sampler_new(const kiln_sampler_params *p, int n_vocab, kiln_sampler **o
         clock_gettime(CLOCK_REALTIME, &ts);
         s->p.seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
     }
+    s->draw = (kiln_draw_params){p->temperature > 0.0f ? 1.0f / p->temperature : 0.0f, p->top_p,
+                                 p->min_p > 0.0f ? logf(p->min_p) : -INFINITY};
     kiln_sampler_reset(s);
     *out = s;
     return 0;
@@ -70,6 +77,8 @@ void kiln_sampler_free(kiln_sampler *s) {
     free(s->history);
     free(s->counts);
     free(s->cand_ids);
+    free(s->ranked);
+    free(s->weights);
     free(s);
 }
 
@@ -200,65 +209,58 @@ static void fill_info(kiln_sampler *s, int32_t token, kiln_sample_info *info) {
 /* Candidates top-k keeps of a vocabulary of n (all of them when it is off). */
 static int top_k_keeps(const kiln_sampler_params *p, int n) { return p->top_k > 0 && p->top_k < n ? p->top_k : n; }
 
-/* top-k, top-p, min-p on the sorted candidates (probabilities at temperature 1, as the reference chain has
- * temperature last); returns how many survive. Sorts only as far as the cut needs. As in the reference chain, top-p
- * takes its share of the mass of what top-k kept (renormalized), not of the whole vocabulary. The logits are the
- * whole vocabulary's (ids NULL) or, with top-k on, n_logits of them that hold its top_k best (ids). */
-static int truncate_candidates(kiln_sampler *s, const float *logits, const int32_t *ids, int n_logits) {
-    const kiln_sampler_params *p = &s->p;
+/* top-p and min-p over the whole vocabulary (top-k off), in s->cand: the total mass in the vocabulary's order, then
+ * a growing prefix sorted until it holds the top-p mass (or everything). As in the reference chain, temperature 1. */
+static int truncate_vocabulary(kiln_sampler *s, const float *logits) {
+    const kiln_draw_params *p = &s->draw;
     int n = s->n_vocab;
-    int keep = top_k_keeps(p, n);
+    for (int i = 0; i < n; i++) s->cand[i] = (candidate){i, logits[i]};
+    float max = logits[argmax(logits, n)];
     double total = 0;
-    float max;
-    if (keep < n) {
-        top_k_select(logits, ids, n_logits, keep, s->cand);
-        max = s->cand[0].logit;
-        for (int i = 0; i < keep; i++) total += expf(s->cand[i].logit - max);
-    } else { /* the whole vocabulary (ids NULL, n_logits == n) */
-        for (int i = 0; i < n; i++) s->cand[i] = (candidate){i, logits[i]};
-        max = logits[argmax(logits, n)];
-        for (int i = 0; i < n; i++) total += expf(logits[i] - max);
-    }
-
-    /* sort a growing prefix until it holds the top-p mass (or everything kept) */
-    int sorted = keep < 64 ? keep : 64;
+    for (int i = 0; i < n; i++) total += (double)kiln_draw_expf(logits[i] - max);
+    int keep = n, sorted = 64 < n ? 64 : n;
     for (;;) {
-        partial_sort(s->cand, keep, sorted);
+        partial_sort(s->cand, n, sorted);
         double mass = 0;
         int cut = sorted;
         for (int i = 0; i < sorted; i++) {
-            mass += expf(s->cand[i].logit - max);
-            if (p->top_p < 1.0f && mass >= p->top_p * total) {
+            mass += (double)kiln_draw_expf(s->cand[i].logit - max);
+            if (p->top_p < 1.0f && mass >= (double)p->top_p * total) {
                 cut = i + 1;
                 break;
             }
         }
-        if (cut < sorted || sorted == keep) {
-            keep = cut < keep ? cut : keep;
+        if (cut < sorted || sorted == n) {
+            keep = cut;
             break;
         }
-        sorted = sorted * 4 < keep ? sorted * 4 : keep;
+        sorted = sorted * 4 < n ? sorted * 4 : n;
     }
-    if (p->min_p > 0.0f) {
-        float floor_logit = max + logf(p->min_p);
-        int m = 1;
-        while (m < keep && s->cand[m].logit >= floor_logit) m++;
-        keep = m;
-    }
-    return keep;
+    float floor_logit = max + p->log_min_p;
+    int m = 1;
+    while (m < keep && s->cand[m].logit >= floor_logit) m++;
+    return m;
+}
+
+/* top-k, top-p, min-p (probabilities at temperature 1, as the reference chain has temperature last); returns how
+ * many of the ranked candidates in s->cand survive. As in the reference chain, top-p takes its share of the mass of
+ * what top-k kept (renormalized), not of the whole vocabulary. The logits are the whole vocabulary's (ids NULL) or,
+ * with top-k on, n_logits of them that hold its top_k best (ids). With top-k on, the steps are draw.h's, which a
+ * GPU sampling on its own takes too (kiln_sampler_device_draw). */
+static int truncate_candidates(kiln_sampler *s, const float *logits, const int32_t *ids, int n_logits) {
+    int keep = top_k_keeps(&s->p, s->n_vocab);
+    if (keep == s->n_vocab) return truncate_vocabulary(s, logits);
+    top_k_select(logits, ids, n_logits, keep, s->cand);
+    for (int i = 0; i < keep; i++) s->ranked[i] = s->cand[i].logit;
+    for (int i = 0; i < keep; i++) s->weights[i] = kiln_draw_weight(s->ranked, i);
+    return kiln_draw_keep(s->ranked, s->weights, keep, &s->draw);
 }
 
 /* The draw at the temperature from the keep candidates truncate_candidates left. */
 static int32_t draw(kiln_sampler *s, int keep) {
-    float inv_t = 1.0f / s->p.temperature, top = s->cand[0].logit;
-    double sum = 0;
-    for (int i = 0; i < keep; i++) sum += exp((double)((s->cand[i].logit - top) * inv_t));
-    double r = (double)kiln_rng_uniform(&s->rng) * sum, acc = 0;
-    for (int i = 0; i < keep; i++) {
-        acc += exp((double)((s->cand[i].logit - top) * inv_t));
-        if (r < acc) return s->cand[i].id;
-    }
-    return s->cand[keep - 1].id;
+    for (int i = 0; i < keep; i++) s->ranked[i] = s->cand[i].logit;
+    for (int i = 0; i < keep; i++) s->weights[i] = kiln_draw_tempered(s->ranked, i, &s->draw);
+    return s->cand[kiln_draw_index(s->weights, keep, kiln_rng_uniform(&s->rng))].id;
 }
 
 int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits, kiln_sample_info *info) {
@@ -316,3 +318,16 @@ int32_t kiln_sampler_sample_candidates(kiln_sampler *s, const int32_t *ids, cons
     }
     return draw(s, truncate_candidates(s, ul, uid, n));
 }
+
+int kiln_sampler_device_draw(const kiln_sampler *s, int max_k, kiln_draw_params *p) {
+    const kiln_sampler_params *sp = &s->p;
+    if (sp->temperature <= 0.0f || sp->n_top_logprobs > 0 || has_penalties(sp)) return 0;
+    int k = top_k_keeps(sp, s->n_vocab);
+    if (k >= s->n_vocab || k > max_k) return 0;
+    *p = s->draw;
+    return k;
+}
+
+void kiln_sampler_get_rng(const kiln_sampler *s, uint64_t state[4]) { memcpy(state, s->rng.s, sizeof s->rng.s); }
+
+void kiln_sampler_set_rng(kiln_sampler *s, const uint64_t state[4]) { memcpy(s->rng.s, state, sizeof s->rng.s); }

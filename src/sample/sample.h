@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kiln.h"
+#include "sample/draw.h"
 #include "util/error.h"
 
 /* The parameters are the public kiln_sampling_params. */
@@ -47,5 +48,13 @@ int kiln_sampler_candidates_wanted(const kiln_sampler *s, int max_k, int32_t *wi
  * candidates_wanted gave them. */
 int32_t kiln_sampler_sample_candidates(kiln_sampler *s, const int32_t *ids, const float *logits, int n_best,
                                        const int32_t *window, const float *window_logits, int n_window);
+
+/* Sampling on a GPU that ranks the logits and draws by itself (draw.h's steps, the sampler's PRNG state handed over
+ * and back): the k best logits are all it needs when there is a temperature, top-k from 1 to max_k (below the
+ * vocabulary), no penalties and no log-probabilities. Returns that k and fills p; 0: the sampler needs the host. */
+int kiln_sampler_device_draw(const kiln_sampler *s, int max_k, kiln_draw_params *p);
+/* The PRNG's state, to draw elsewhere and to continue from where that left it. */
+void kiln_sampler_get_rng(const kiln_sampler *s, uint64_t state[4]);
+void kiln_sampler_set_rng(kiln_sampler *s, const uint64_t state[4]);
 
 #endif

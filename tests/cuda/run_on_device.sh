@@ -3,7 +3,8 @@
 # (bin/: test and bench executables, lib/: shared libraries the GPU machine lacks, py/: the gguf package; the three
 # may come packed as pkg.tar.xz; models/: test models, smollm2.gguf.vocab: the default model's tokenizer alone, a GGUF named so that the model test does not take it).
 # tests/cuda/pack_for_device.sh makes that folder from a CUDA build.
-# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [gemv] [attention] [launch] [ncu]
+# Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [initcheck-model] [gemv]
+#        [attention] [launch] [ncu]
 #        [model] [synth] [kiln] [debug] [default] [decode MODEL...] [batch] [memcheck-batch] [batch-bench MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
 # at /root/kiln-m/a from an earlier call on the same machine and its rest in .devrun/models/default.b: too big for
@@ -26,6 +27,10 @@ while [ $# -gt 0 ]; do
     kernels) run "$bin/cuda_kernels" ;;
     memcheck) run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_kernels" ;;
     racecheck) run compute-sanitizer --tool racecheck --error-exitcode 3 "$bin/cuda_kernels" ;;
+    initcheck-model) # reads of device memory never written, on one test model (the first reports kept)
+        KILN_CUDA_TEST_MODELS="$devrun/models/tiny-qwen2-q4km.gguf" compute-sanitizer --tool initcheck \
+            --print-limit 20 "$bin/cuda_model" > "$out/initcheck.txt" 2>&1
+        grep -E "ERROR SUMMARY|Uninitialized|at 0x|by thread" "$out/initcheck.txt" | head -40 ;;
     memcheck-model) export KILN_CUDA_TEST_MODELS="$devrun/models/tiny-qwen2-q4km.gguf"
         run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_model" ;;
     attention) run "$bin/bench_cuda_attention" ;;
@@ -51,7 +56,12 @@ while [ $# -gt 0 ]; do
             "$bin/kiln" run -m /tmp/kiln-smollm2-135m.gguf --device $dev --temp 0 -n 48 -p "The quick brown fox" > "$out/greedy-$dev.txt" 2>>"$out/log.txt"
         done
         # a note, not a failure: on random weights the two paths' different activation rounding flips near-ties
-        if cmp -s "$out/greedy-cuda.txt" "$out/greedy-cpu.txt"; then echo "greedy text: cuda == cpu"; else echo "note: greedy text differs (see greedy-*.txt)"; fi ;;
+        if cmp -s "$out/greedy-cuda.txt" "$out/greedy-cpu.txt"; then echo "greedy text: cuda == cpu"; else echo "note: greedy text differs (see greedy-*.txt)"; fi
+        # the default sampler draws on the device: a seed gives the same text twice
+        for i in 1 2; do
+            "$bin/kiln" run -m /tmp/kiln-smollm2-135m.gguf --device cuda --seed 7 -n 48 -p "The quick brown fox" > "$out/sampled-$i.txt" 2>>"$out/log.txt"
+        done
+        if cmp -s "$out/sampled-1.txt" "$out/sampled-2.txt"; then echo "sampled text (seed 7): the same twice"; else echo "!! sampled text differs between two runs with seed 7"; status=1; fi ;;
     debug) # KILN_GPU_DEBUG=1: every op of each decode step against the CPU (on the kiln stage's synth model)
         [ -e /tmp/kiln-smollm2-135m.gguf ] && KILN_GPU_DEBUG=1 run "$bin/kiln" run -m /tmp/kiln-smollm2-135m.gguf --device cuda --temp 0 -n 3 -p "The quick brown fox" ;;
     default) # greedy text of the default model (trained weights) on the GPU against the CPU fast and reference paths
@@ -84,7 +94,7 @@ while [ $# -gt 0 ]; do
         shift; while [ $# -gt 0 ] && [ -e "$1" ]; do
             run "$bin/bench_cuda_decode" "$1" 16 128 KILN_CUDA_SKIP=norm KILN_CUDA_SKIP=rope \
                 KILN_CUDA_SKIP=attention KILN_CUDA_SKIP=quantize KILN_CUDA_SKIP=norm+rope+attention+quantize \
-                KILN_CUDA_SKIP=qkv KILN_CUDA_SKIP=wo KILN_CUDA_SKIP=gate_up KILN_CUDA_SKIP=down; shift
+                KILN_CUDA_SKIP=qkv KILN_CUDA_SKIP=wo KILN_CUDA_SKIP=gate_up KILN_CUDA_SKIP=down KILN_CUDA_SKIP=head; shift
         done; continue ;;
     batch-bench) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_batch" "$1"; shift; done; continue ;;
     *) echo "unknown stage $1"; status=1 ;;

@@ -15,6 +15,7 @@
 #include "gpu_quant.h"
 #include "gpu_test.h"
 #include "quant/quant.h"
+#include "sample/sample.h"
 #include "util/half.h"
 
 #define SKIP_WITHOUT_GPU()                                                                                             \
@@ -855,6 +856,60 @@ static void test_top_k(void **state) {
     unsetenv("KILN_CUDA_TOPK");
 }
 
+/* The device's draw among the k best (kiln_cuda_top_k_draw) against the host sampler on the whole row, from the
+ * same PRNG state: the same token and the same state after, draw after draw, on rows of `levels` steps over [-16,
+ * 16) (a coarse grid ties at every cut); the position moved on by one a draw. */
+static void check_top_k_draw(int n, kiln_sampler_params p, int levels) {
+    kiln_error err = {{0}};
+    kiln_sampler *host = NULL;
+    assert_int_equal(kiln_sampler_new(&p, n, &host, &err), 0);
+    kiln_cuda_draw d = {0};
+    int k = kiln_sampler_device_draw(host, KILN_CUDA_TOP_K_MAX, &d.p);
+    assert_true(k > 0);
+    kiln_sampler_get_rng(host, d.rng.s);
+    int32_t start = 5, pos = 0, tok = -1;
+    kiln_cuda_draw *dd = gpu_upload(&d, sizeof d);
+    int32_t *dpos = gpu_upload(&start, sizeof start), *dtok = gpu_alloc(sizeof(int32_t)), *did = gpu_alloc(4 * k);
+    float *x = malloc(sizeof(float) * n), *dx = gpu_alloc(sizeof(float) * n), *dv = gpu_alloc(sizeof(float) * k);
+    void *scratch = gpu_alloc(kiln_cuda_top_k_scratch_bytes(n, 1, KILN_CUDA_TOP_K_MAX));
+    enum { DRAWS = 48 };
+    for (int i = 0; i < DRAWS; i++) {
+        for (int j = 0; j < n; j++) x[j] = (float)(int)(rng_uniform() * (float)levels) * (16.0f / (float)levels);
+        CUDA_OK(cudaMemcpy(dx, x, sizeof(float) * n, cudaMemcpyHostToDevice));
+        assert_int_equal(kiln_cuda_top_k_draw(dx, n, k, scratch, dv, did, dd, dtok, dpos, 0), 0);
+        CUDA_SYNC();
+        CUDA_OK(cudaMemcpy(&d, dd, sizeof d, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(&tok, dtok, sizeof tok, cudaMemcpyDeviceToHost));
+        int32_t want = kiln_sampler_sample(host, x, NULL);
+        uint64_t host_rng[4];
+        kiln_sampler_get_rng(host, host_rng);
+        assert_int_equal(d.token, want);
+        assert_int_equal(tok, want);
+        assert_memory_equal(d.rng.s, host_rng, sizeof host_rng);
+    }
+    CUDA_OK(cudaMemcpy(&pos, dpos, sizeof pos, cudaMemcpyDeviceToHost));
+    assert_int_equal(pos, start + DRAWS);
+    assert_int_equal(kiln_cuda_top_k_draw(dx, n, KILN_CUDA_TOP_K_MAX + 1, scratch, dv, did, dd, dtok, dpos, 0), -1);
+    kiln_sampler_free(host);
+    free(x);
+    gpu_free_all();
+}
+
+static void test_top_k_draw(void **state) {
+    SKIP_WITHOUT_GPU();
+    kiln_sampler_params p[5];
+    for (int i = 0; i < 5; i++) p[i] = kiln_sampler_default_params(), p[i].seed = 100 + (uint64_t)i;
+    p[1].top_k = 1;
+    p[2].top_k = KILN_CUDA_TOP_K_MAX, p[2].top_p = 1.0f, p[2].min_p = 0.0f, p[2].temperature = 2.0f;
+    p[3].top_k = 5, p[3].top_p = 0.5f, p[3].temperature = 0.3f;
+    p[4].top_k = 100, p[4].min_p = 0.2f, p[4].top_p = 0.99f;
+    for (int i = 0; i < 5; i++) {
+        check_top_k_draw(151936, p[i], 64);
+        check_top_k_draw(151936, p[i], 1 << 20);
+    }
+    check_top_k_draw(300, p[0], 1 << 12);
+}
+
 #define TYPE_TEST(t) cmocka_unit_test_prestate(test_type, (void *)(intptr_t)(t))
 
 int main(void) {
@@ -874,6 +929,7 @@ int main(void) {
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_top_k),
+        cmocka_unit_test(test_top_k_draw),
     };
     return cmocka_run_group_tests_name("cuda_kernels", tests, NULL, NULL);
 }

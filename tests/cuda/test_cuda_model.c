@@ -18,6 +18,7 @@
 #include "format/gguf.h"
 #include "gpu_test.h"
 #include "model/model.h"
+#include "sample/sample.h"
 
 #define N_CTX 64
 #define N_PROMPT 12
@@ -360,9 +361,70 @@ static void test_best_logits(void **state) {
     close_both(&m);
 }
 
+/* The host sampler's tokens from n steps at pos.. (the whole row copied back each step); its PRNG state after. */
+static void sample_on_host(both_sides *m, kiln_sampler_params p, int32_t tok, int pos, int n, int32_t *out,
+                           uint64_t rng[4]) {
+    kiln_error err = {{0}};
+    kiln_sampler *s = NULL;
+    if (kiln_sampler_new(&p, m->cfg.n_vocab, &s, &err)) fail_msg("%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        if (kiln_cuda_eval(m->ctx, &tok, 1, pos + i, m->gpu, &err)) fail_msg("%s", err.msg);
+        out[i] = tok = kiln_sampler_sample(s, m->gpu, NULL);
+    }
+    kiln_sampler_get_rng(s, rng);
+    kiln_sampler_free(s);
+}
+
+/* kiln_cuda_decode_sampled on the first model: the tokens and PRNG state of the host sampler drawing from the
+ * copied rows, for two samplers in turn (the second's k recaptures the steps); a call that does not continue the
+ * steps in flight (an earlier position, or the PRNG set back) discards them and gives the host's token again. */
+static void test_sampled_decode(void **state) {
+    char path[4096];
+    first_test_model(path, sizeof path);
+    both_sides m;
+    open_both(path, N_CTX, 8, &m);
+    kiln_error err = {{0}};
+    int32_t tokens[N_PROMPT], want[N_GREEDY], got[N_GREEDY];
+    for (int i = 0; i < N_PROMPT; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (m.cfg.n_vocab - 1));
+    if (kiln_cuda_eval(m.ctx, tokens, N_PROMPT - 1, 0, NULL, &err)) fail_msg("%s", err.msg);
+    kiln_sampler_params ps[2] = {kiln_sampler_default_params(), kiln_sampler_default_params()};
+    ps[0].seed = 5, ps[0].temperature = 1.5f, ps[0].min_p = 0.0f; /* random weights: a flat distribution */
+    ps[1].seed = 6, ps[1].top_k = 100, ps[1].top_p = 0.7f, ps[1].temperature = 0.9f;
+    int pos = N_PROMPT - 1;
+    for (int c = 0; c < 2; c++) {
+        uint64_t host_rng[4], rng[4], rng_at[N_GREEDY][4];
+        sample_on_host(&m, ps[c], tokens[pos], pos, N_GREEDY, want, host_rng);
+        kiln_sampler *s = NULL;
+        kiln_draw_params dp;
+        if (kiln_sampler_new(&ps[c], m.cfg.n_vocab, &s, &err)) fail_msg("%s", err.msg);
+        int k = kiln_sampler_device_draw(s, KILN_CUDA_TOP_K_MAX, &dp);
+        assert_true(k > 0);
+        kiln_sampler_get_rng(s, rng);
+        int32_t tok = tokens[pos];
+        for (int i = 0; i < N_GREEDY; i++) {
+            memcpy(rng_at[i], rng, sizeof rng);
+            if (kiln_cuda_decode_sampled(m.ctx, tok, pos + i, k, &dp, rng, &got[i], &err)) fail_msg("%s", err.msg);
+            tok = got[i];
+        }
+        assert_memory_equal(got, want, sizeof want);
+        assert_memory_equal(rng, host_rng, sizeof rng);
+        int32_t again;
+        if (kiln_cuda_decode_sampled(m.ctx, want[2], pos + 3, k, &dp, rng_at[3], &again, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(again, want[3]);
+        fprintf(stderr, "%s: %d tokens drawn on the device (top-k %d) as the host draws them\n", path, N_GREEDY, k);
+        kiln_sampler_free(s);
+    }
+    kiln_draw_params dp = {1.0f, 1.0f, -INFINITY};
+    uint64_t rng[4] = {1, 2, 3, 4};
+    int32_t next;
+    assert_int_equal(kiln_cuda_decode_sampled(m.ctx, tokens[0], 0, KILN_CUDA_TOP_K_MAX + 1, &dp, rng, &next, &err), -1);
+    close_both(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_models), cmocka_unit_test(test_span_boundary),
                                        cmocka_unit_test(test_long_prompt),
-                                       cmocka_unit_test(test_debug), cmocka_unit_test(test_best_logits)};
+                                       cmocka_unit_test(test_debug), cmocka_unit_test(test_best_logits),
+                                       cmocka_unit_test(test_sampled_decode)};
     return cmocka_run_group_tests_name("cuda_model", tests, NULL, NULL);
 }

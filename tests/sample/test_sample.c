@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "sample/rng.h"
 #include "sample/sample.h"
 
 enum { V = 1000 };
@@ -258,6 +259,68 @@ static void test_candidates_match_the_whole_row(void **state) {
     kiln_sampler_free(s);
 }
 
+/* draw.h's exp, the same bits on the host and the GPU, against the C library's in double: within 2 ulp over the
+ * range the sampler uses (x <= 0), 0 below it, NaN kept. */
+static void test_draw_exp_is_accurate(void **state) {
+    (void)state;
+    double worst = 0;
+    for (int i = 0; i <= 1000000; i++) {
+        float x = -103.9f * (float)i / 1000000.0f;
+        double want = exp((double)x), got = (double)kiln_draw_expf(x);
+        if (want < 1.1754944e-38) { /* subnormal results: within 2 of the least step */
+            assert_true(fabs(got - want) <= 2 * 1.4012985e-45);
+            continue;
+        }
+        double ulps = fabs(got - want) / (double)(nextafterf((float)want, INFINITY) - (float)want);
+        if (ulps > worst) worst = ulps;
+    }
+    assert_true(worst <= 2.0);
+    assert_true(kiln_draw_expf(0.0f) == 1.0f);
+    assert_true(kiln_draw_expf(-200.0f) == 0.0f && kiln_draw_expf(-INFINITY) == 0.0f);
+    assert_true(isnan(kiln_draw_expf(NAN)));
+}
+
+/* What a GPU that draws by itself does (draw.h's steps on the k best, the PRNG state handed over and back) gives
+ * the host sampler's token and leaves its PRNG where the host's would be; the configurations that need the host are
+ * refused. */
+static void test_device_draw_matches_the_host(void **state) {
+    (void)state;
+    kiln_sampler_params p = kiln_sampler_default_params();
+    p.seed = 99, p.top_k = 50, p.top_p = 0.9f, p.min_p = 0.02f, p.temperature = 0.7f;
+    kiln_sampler *host = make(p), *dev = make(p);
+    kiln_draw_params dp;
+    int k = kiln_sampler_device_draw(dev, 256, &dp);
+    assert_int_equal(k, 50);
+    float logits[V], vals[V], w[V];
+    int32_t ids[V];
+    srand(11);
+    for (int step = 0; step < 500; step++) {
+        for (int i = 0; i < V; i++) logits[i] = (float)(rand() % 64) / 9.0f;
+        best_k(logits, k, ids, vals);
+        kiln_rng rng;
+        kiln_sampler_get_rng(dev, rng.s);
+        for (int i = 0; i < k; i++) w[i] = kiln_draw_weight(vals, i);
+        int keep = kiln_draw_keep(vals, w, k, &dp);
+        for (int i = 0; i < keep; i++) w[i] = kiln_draw_tempered(vals, i, &dp);
+        int32_t drawn = ids[kiln_draw_index(w, keep, kiln_rng_uniform(&rng))];
+        kiln_sampler_set_rng(dev, rng.s);
+        assert_int_equal(drawn, kiln_sampler_sample(host, logits, NULL));
+    }
+    uint64_t a[4], b[4];
+    kiln_sampler_get_rng(host, a), kiln_sampler_get_rng(dev, b);
+    assert_memory_equal(a, b, sizeof a);
+    kiln_sampler_free(host), kiln_sampler_free(dev);
+    kiln_sampler_params refused[5];
+    for (int i = 0; i < 5; i++) refused[i] = kiln_sampler_default_params();
+    refused[0].temperature = 0, refused[1].top_k = 0, refused[2].top_k = 300, refused[3].repeat_penalty = 1.1f;
+    refused[4].n_top_logprobs = 1;
+    for (int i = 0; i < 5; i++) {
+        kiln_sampler *s = make(refused[i]);
+        assert_int_equal(kiln_sampler_device_draw(s, 256, &dp), 0);
+        kiln_sampler_free(s);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_degenerate_truncations_pick_argmax),
@@ -266,6 +329,8 @@ int main(void) {
         cmocka_unit_test(test_penalties_push_away_from_recent_tokens),
         cmocka_unit_test(test_logprobs_and_top_alternatives),
         cmocka_unit_test(test_candidates_match_the_whole_row),
+        cmocka_unit_test(test_draw_exp_is_accurate),
+        cmocka_unit_test(test_device_draw_matches_the_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
