@@ -58,8 +58,9 @@ typedef struct {
     int n;
 } saved_env;
 
-/* Microseconds of one top-k (k best of n random values) on the device, the mean of 100 back to back. */
-static double top_k_us(int n, int k) {
+/* Microseconds of one top-k (k best of n random values) on the device, the mean of 100 back to back; with draw, the
+ * default sampler's draw among them too (kiln_cuda_top_k_draw). */
+static double top_k_us(int n, int k, bool draw) {
     float *h = malloc(sizeof(float) * (size_t)n), *d = NULL, *out_v = NULL, ms = 0;
     int32_t *out_id = NULL;
     void *scratch = NULL;
@@ -70,15 +71,22 @@ static double top_k_us(int n, int k) {
     cudaMalloc((void **)&out_id, sizeof(int32_t) * (size_t)k);
     cudaMalloc(&scratch, kiln_cuda_top_k_scratch_bytes(n, 1, k));
     cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
+    kiln_cuda_draw one = {{1.0f / 0.8f, 0.95f, logf(0.05f)}, 0, {{1, 2, 3, 4}}}, *dd = NULL;
+    int32_t *token = NULL;
+    cudaMalloc((void **)&dd, sizeof one);
+    cudaMalloc((void **)&token, sizeof(int32_t));
+    cudaMemcpy(dd, &one, sizeof one, cudaMemcpyHostToDevice);
     cudaEventCreate(&e0), cudaEventCreate(&e1);
-    kiln_cuda_top_k(d, n, 1, k, scratch, out_v, out_id, 0);
-    cudaEventRecord(e0, 0);
-    for (int i = 0; i < 100; i++) kiln_cuda_top_k(d, n, 1, k, scratch, out_v, out_id, 0);
+    for (int i = 0; i <= 100; i++) {
+        if (i == 1) cudaEventRecord(e0, 0);
+        if (draw) kiln_cuda_top_k_draw(d, n, k, scratch, out_v, out_id, dd, token, NULL, 0);
+        else kiln_cuda_top_k(d, n, 1, k, scratch, out_v, out_id, 0);
+    }
     cudaEventRecord(e1, 0);
     cudaEventSynchronize(e1);
     cudaEventElapsedTime(&ms, e0, e1);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
-    cudaFree(d), cudaFree(out_v), cudaFree(out_id), cudaFree(scratch);
+    cudaFree(d), cudaFree(out_v), cudaFree(out_id), cudaFree(scratch), cudaFree(dd), cudaFree(token);
     free(h);
     return ms * 10.0;
 }
@@ -254,12 +262,14 @@ int main(int argc, char **argv) {
                ? "no"
                : "yes");
     free(by_row), free(by_best), free(by_halving), free(by_draw);
-    double threshold_40 = top_k_us(cfg.n_vocab, 40), threshold_256 = top_k_us(cfg.n_vocab, 256);
+    double threshold_40 = top_k_us(cfg.n_vocab, 40, false), threshold_256 = top_k_us(cfg.n_vocab, 256, false);
+    double draw_40 = top_k_us(cfg.n_vocab, 40, true), draw_256 = top_k_us(cfg.n_vocab, 256, true);
     setenv("KILN_CUDA_TOPK", "2", 1);
-    double halving_40 = top_k_us(cfg.n_vocab, 40), halving_256 = top_k_us(cfg.n_vocab, 256);
+    double halving_40 = top_k_us(cfg.n_vocab, 40, false), halving_256 = top_k_us(cfg.n_vocab, 256, false);
     unsetenv("KILN_CUDA_TOPK");
-    printf("top-k on the device, %d logits: k 40 %.1f us, k 256 %.1f us (threshold); tiles reduced by halving "
-           "(KILN_CUDA_TOPK=2) %.1f / %.1f us\n", cfg.n_vocab, threshold_40, threshold_256, halving_40, halving_256);
+    printf("top-k on the device, %d logits: k 40 %.1f us, k 256 %.1f us (threshold); with the draw %.1f / %.1f us; "
+           "tiles reduced by halving (KILN_CUDA_TOPK=2) %.1f / %.1f us\n", cfg.n_vocab, threshold_40, threshold_256,
+           draw_40, draw_256, halving_40, halving_256);
     /* the same greedy decode on contexts made under other settings, each alternating with the default context so
      * that drift of the machine touches both alike; a setting holds until the context's graph has been captured
      * (some are read at launch) */

@@ -205,17 +205,55 @@ __device__ void stream_row(const float *v, int n, float th, int run, float *sv, 
     sort_tile(sv, si, TOPK_TILE);
 }
 
-/* The host sampler's draw (sample/draw.h) among the k best in the sorted tile: both weights of every candidate in
- * parallel, then the sums in order by one thread, as the host sums them. The token goes to draw->token and
- * *d_token, the PRNG state after the draw to draw->rng; d_advance (a captured step's position), when not NULL, moves
- * on by one. p and rng were loaded before the kernel's wait (the previous step wrote rng, and it has ended). */
+/* kiln_draw_first_reaching (sample/draw.h) by one warp, lane l taking run l: the same additions in the same order.
+ * Every lane gets the result. */
+__device__ int first_reaching_warp(const float *x, int n, double frac, bool strict) {
+    int l = threadIdx.x & 31, c = (n + KILN_DRAW_LANES - 1) / KILN_DRAW_LANES, lo = min(l * c, n), hi = min(lo + c, n);
+    double run = 0.0;
+    for (int j = lo; j < hi; j++) run += (double)x[j];
+    double scan = run;
+#pragma unroll
+    for (int o = 1; o < KILN_DRAW_LANES; o <<= 1) {
+        double before = __shfl_up_sync(0xffffffffu, scan, o);
+        if (l >= o) scan = before + scan;
+    }
+    double acc = __shfl_up_sync(0xffffffffu, scan, 1);
+    if (l == 0) acc = 0.0;
+    double target = frac * __shfl_sync(0xffffffffu, scan, KILN_DRAW_LANES - 1);
+    int first = n;
+    for (int j = lo; j < hi; j++) {
+        acc += (double)x[j];
+        if (first == n && (strict ? target < acc : acc >= target)) first = j;
+    }
+    return __reduce_min_sync(0xffffffffu, first);
+}
+
+/* The host sampler's draw (kiln_draw_keep, kiln_draw_index) among the k best in the sorted tile: both weights of
+ * every candidate in parallel, then the running sums by the first warp. The token goes to draw->token and *d_token,
+ * the PRNG state after the draw to draw->rng; d_advance (a captured step's position), when not NULL, moves on by
+ * one. p and rng were loaded before the kernel's wait (the previous step wrote rng, and it has ended). */
 __device__ void draw_from_tile(const float *sv, const int32_t *si, int k, const kiln_draw_params &p, kiln_rng rng,
                                kiln_cuda_draw *draw, int32_t *d_token, int32_t *d_advance) {
     __shared__ float w[KILN_CUDA_TOP_K_MAX], t[KILN_CUDA_TOP_K_MAX];
     for (int i = threadIdx.x; i < k; i += blockDim.x) w[i] = kiln_draw_weight(sv, i), t[i] = kiln_draw_tempered(sv, i, &p);
     __syncthreads();
+    if (threadIdx.x >= 32) return;
+    int keep = k;
+    if (p.top_p < 1.0f) {
+        int cut = first_reaching_warp(w, k, (double)p.top_p, false);
+        if (cut < k) keep = cut + 1;
+    }
+    float floor_logit = sv[0] + p.log_min_p; /* min-p: the first candidate after the best below it ends the list */
+    int below = keep;
+    for (int i = 1 + threadIdx.x; i < keep; i += 32)
+        if (!(sv[i] >= floor_logit)) {
+            below = i;
+            break;
+        }
+    keep = __reduce_min_sync(0xffffffffu, below);
+    int at = first_reaching_warp(t, keep, (double)kiln_rng_uniform(&rng), true);
     if (threadIdx.x != 0) return;
-    int32_t token = si[kiln_draw_index(t, kiln_draw_keep(sv, w, k, &p), kiln_rng_uniform(&rng))];
+    int32_t token = si[at < keep ? at : keep - 1];
     draw->rng = rng, draw->token = token, *d_token = token;
     if (d_advance) *d_advance += 1;
 }

@@ -1,8 +1,10 @@
 /* The end of the sampling chain over candidates already ranked (logits best first): top-p, min-p, then the draw at
- * the temperature. Written once for the host sampler and the GPU (a CUDA kernel includes this header), so that both
+ * the temperature. Shared by the host sampler and the GPU (topk.cu, which draws in the step that ranks), so that both
  * choose the same token from the same logits, draw for draw: every step is an IEEE operation that rounds the same
  * way on both (no library exp, whose last bits differ between glibc and CUDA; no contraction into FMA, so the
- * device side spells its products and sums with the _rn intrinsics). */
+ * device side spells its products with the _rn intrinsics), and the running sums are taken in one order that a warp
+ * computes in parallel (kiln_draw_first_reaching; the device's copy of that order is checked against this one by
+ * cuda_kernels' test_top_k_draw). */
 #ifndef KILN_SAMPLE_DRAW_H
 #define KILN_SAMPLE_DRAW_H
 
@@ -52,20 +54,43 @@ static inline KILN_HD float kiln_draw_expf(float x) {
 /* w[i] = e^(l[i] - l[0]) for the n ranked logits l: the probabilities at temperature 1, unnormalized. */
 static inline KILN_HD float kiln_draw_weight(const float *l, int i) { return kiln_draw_expf(KILN_DRAW_SUB(l[i], l[0])); }
 
-/* How many of the n ranked candidates top-p and min-p keep (at least one): the shortest prefix whose weights w
- * reach top_p of their total (summed in order, in double), then those within min-p of the best. */
-static inline KILN_HD int kiln_draw_keep(const float *l, const float *w, int n, const kiln_draw_params *p) {
-    double total = 0.0, mass = 0.0;
-    for (int i = 0; i < n; i++) total += (double)w[i];
-    int keep = n;
-    if (p->top_p < 1.0f)
-        for (int i = 0; i < n; i++) {
-            mass += (double)w[i];
-            if (mass >= (double)p->top_p * total) {
-                keep = i + 1;
-                break;
-            }
+/* The draw's running sums (top-p's mass, the cumulative tempered weights), in double, in one order that a warp of
+ * KILN_DRAW_LANES lanes takes in parallel (topk.cu) and the host step by step, so that both get the same bits: lane
+ * l holds the run [l c, l c + c) of the n values (c = ceil(n / lanes)); the runs' sums, each added in order, are
+ * scanned across the lanes in the Hillis-Steele order (lane l adds lane l - o's partial to its own for o = 1, 2, 4,
+ * ...); value j's running sum is the scan of the runs before its own plus its run's values up to j, added in order.
+ * Returns the first j whose running sum reaches frac times the total (> with strict, else >=), or n. */
+#define KILN_DRAW_LANES 32
+
+static inline int kiln_draw_first_reaching(const float *x, int n, double frac, int strict) {
+    int c = (n + KILN_DRAW_LANES - 1) / KILN_DRAW_LANES;
+    double scan[KILN_DRAW_LANES];
+    for (int l = 0; l < KILN_DRAW_LANES; l++) {
+        double run = 0.0;
+        for (int j = l * c; j < n && j < l * c + c; j++) run += (double)x[j];
+        scan[l] = run;
+    }
+    for (int o = 1; o < KILN_DRAW_LANES; o <<= 1)
+        for (int l = KILN_DRAW_LANES - 1; l >= o; l--) scan[l] = scan[l - o] + scan[l]; /* l - o not yet updated */
+    double target = frac * scan[KILN_DRAW_LANES - 1];
+    for (int l = 0; l < KILN_DRAW_LANES; l++) {
+        double acc = l ? scan[l - 1] : 0.0;
+        for (int j = l * c; j < n && j < l * c + c; j++) {
+            acc += (double)x[j];
+            if (strict ? target < acc : acc >= target) return j;
         }
+    }
+    return n;
+}
+
+/* How many of the n ranked candidates top-p and min-p keep (at least one): the shortest prefix whose weights w
+ * reach top_p of their total, then those of it within min-p of the best. */
+static inline int kiln_draw_keep(const float *l, const float *w, int n, const kiln_draw_params *p) {
+    int keep = n;
+    if (p->top_p < 1.0f) {
+        int cut = kiln_draw_first_reaching(w, n, (double)p->top_p, 0);
+        if (cut < n) keep = cut + 1;
+    }
     float floor_logit = l[0] + p->log_min_p;
     int m = 1;
     while (m < keep && l[m] >= floor_logit) m++;
@@ -78,15 +103,9 @@ static inline KILN_HD float kiln_draw_tempered(const float *l, int i, const kiln
 }
 
 /* The candidate a uniform u in [0, 1) lands on among the first keep, by their tempered weights t. */
-static inline KILN_HD int kiln_draw_index(const float *t, int keep, float u) {
-    double sum = 0.0, acc = 0.0;
-    for (int i = 0; i < keep; i++) sum += (double)t[i];
-    double r = (double)u * sum;
-    for (int i = 0; i < keep; i++) {
-        acc += (double)t[i];
-        if (r < acc) return i;
-    }
-    return keep - 1;
+static inline int kiln_draw_index(const float *t, int keep, float u) {
+    int i = kiln_draw_first_reaching(t, keep, (double)u, 1);
+    return i < keep ? i : keep - 1;
 }
 
 #endif
