@@ -111,7 +111,8 @@ static double tg_sampled(kiln_cuda_context *ctx, int n_vocab, int n_gen, int how
     kiln_sampler_get_rng(s, rng);
     double t0 = now();
     for (int i = 0; i < n_gen && !err->msg[0]; i++) {
-        int n_window = 0, k = how == SAMPLE_BEST ? kiln_sampler_candidates_wanted(s, KILN_CUDA_TOP_K_MAX, window, &n_window) : 0;
+        int n_window = 0;
+        int k = how == SAMPLE_BEST ? kiln_sampler_candidates_wanted(s, KILN_CUDA_TOP_K_MAX, window, &n_window) : 0;
         if (how == SAMPLE_DRAW) {
             if (kiln_cuda_decode_sampled(ctx, tok, i, draw_k, &dp, rng, &tok, err)) break;
         } else if (k) {

@@ -235,7 +235,8 @@ __device__ int first_reaching_warp(const float *x, int n, double frac, bool stri
 __device__ void draw_from_tile(const float *sv, const int32_t *si, int k, const kiln_draw_params &p, kiln_rng rng,
                                kiln_cuda_draw *draw, int32_t *d_token, int32_t *d_advance) {
     __shared__ float w[KILN_CUDA_TOP_K_MAX], t[KILN_CUDA_TOP_K_MAX];
-    for (int i = threadIdx.x; i < k; i += blockDim.x) w[i] = kiln_draw_weight(sv, i), t[i] = kiln_draw_tempered(sv, i, &p);
+    for (int i = threadIdx.x; i < k; i += blockDim.x)
+        w[i] = kiln_draw_weight(sv, i), t[i] = kiln_draw_tempered(sv, i, &p);
     __syncthreads();
     if (threadIdx.x >= 32) return;
     int keep = k;

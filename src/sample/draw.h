@@ -52,7 +52,9 @@ static inline KILN_HD float kiln_draw_expf(float x) {
 }
 
 /* w[i] = e^(l[i] - l[0]) for the n ranked logits l: the probabilities at temperature 1, unnormalized. */
-static inline KILN_HD float kiln_draw_weight(const float *l, int i) { return kiln_draw_expf(KILN_DRAW_SUB(l[i], l[0])); }
+static inline KILN_HD float kiln_draw_weight(const float *l, int i) {
+    return kiln_draw_expf(KILN_DRAW_SUB(l[i], l[0]));
+}
 
 /* The draw's running sums (top-p's mass, the cumulative tempered weights), in double, in one order that a warp of
  * KILN_DRAW_LANES lanes takes in parallel (topk.cu) and the host step by step, so that both get the same bits: lane

@@ -331,20 +331,26 @@ static void test_models(void **state) {
     assert_true(ok);
 }
 
+/* The first test model opened on both sides (path kept, for messages) and N_PROMPT random tokens for it. */
+static void open_first_model(char *path, size_t size, both_sides *m, int32_t *tokens) {
+    first_test_model(path, size);
+    open_both(path, N_CTX, 8, m);
+    for (int i = 0; i < N_PROMPT; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (m->cfg.n_vocab - 1));
+}
+
 /* kiln_cuda_eval_best on the first model: a decode step run twice at the same position, once with the whole row
  * copied back (kiln_cuda_eval), once ranked on the device: the k best are the row's k best by the sampler's order,
  * with their logits, and the window's logits are the row's. */
 static void test_best_logits(void **state) {
     char path[4096];
-    first_test_model(path, sizeof path);
     both_sides m;
-    open_both(path, N_CTX, 8, &m);
+    int32_t tokens[N_PROMPT];
+    open_first_model(path, sizeof path, &m, tokens);
     kiln_error err = {{0}};
     int nv = m.cfg.n_vocab, k = 40;
-    int32_t tokens[N_PROMPT], ids[KILN_CUDA_TOP_K_MAX], window[3] = {0, nv - 1, 7 % nv};
+    int32_t ids[KILN_CUDA_TOP_K_MAX], window[3] = {0, nv - 1, 7 % nv};
     int32_t *order = malloc(sizeof(int32_t) * nv);
     float logits[KILN_CUDA_TOP_K_MAX], wl[3];
-    for (int i = 0; i < N_PROMPT; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (nv - 1));
     if (kiln_cuda_eval(m.ctx, tokens, N_PROMPT - 1, 0, NULL, &err) ||
         kiln_cuda_eval(m.ctx, tokens + N_PROMPT - 1, 1, N_PROMPT - 1, m.gpu, &err) ||
         kiln_cuda_eval_best(m.ctx, tokens + N_PROMPT - 1, 1, N_PROMPT - 1, k, ids, logits, window, 3, wl, &err))
@@ -380,12 +386,10 @@ static void sample_on_host(both_sides *m, kiln_sampler_params p, int32_t tok, in
  * steps in flight (an earlier position, or the PRNG set back) discards them and gives the host's token again. */
 static void test_sampled_decode(void **state) {
     char path[4096];
-    first_test_model(path, sizeof path);
     both_sides m;
-    open_both(path, N_CTX, 8, &m);
-    kiln_error err = {{0}};
     int32_t tokens[N_PROMPT], want[N_GREEDY], got[N_GREEDY];
-    for (int i = 0; i < N_PROMPT; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (m.cfg.n_vocab - 1));
+    open_first_model(path, sizeof path, &m, tokens);
+    kiln_error err = {{0}};
     if (kiln_cuda_eval(m.ctx, tokens, N_PROMPT - 1, 0, NULL, &err)) fail_msg("%s", err.msg);
     kiln_sampler_params ps[2] = {kiln_sampler_default_params(), kiln_sampler_default_params()};
     ps[0].seed = 5, ps[0].temperature = 1.5f, ps[0].min_p = 0.0f; /* random weights: a flat distribution */
