@@ -655,29 +655,6 @@ static void capture_decode_graph(kiln_cuda_context *c, int mode, int s) {
     }
 }
 
-int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int n_gen, int32_t *out,
-                              kiln_error *err) {
-    if (pos < 0 || pos + n_gen > c->n_ctx)
-        return kiln_fail(err, "generating %d tokens from position %d overflows the context of %d", n_gen, pos, c->n_ctx);
-    if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
-    c->n_ahead = 0;
-    if (set_inputs(c, &token, 1, pos, err)) return -1;
-    /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
-    for (int i = 0; i <= n_gen; i++) {
-        if (i < n_gen) {
-            if (decode_step(c, STEP_GREEDY, pos + i)) return kiln_fail(err, "CUDA decode step %d failed to launch", i);
-            cudaMemcpyAsync(&c->h_tokens[i & 1], c->d_tokens, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream);
-            cudaEventRecord(c->token_ready[i & 1], c->stream);
-        }
-        if (i > 0) {
-            cudaError_t e = cudaEventSynchronize(c->token_ready[(i - 1) & 1]);
-            if (e != cudaSuccess) return cuda_error(err, "decode step", e);
-            out[i - 1] = c->h_tokens[(i - 1) & 1];
-        }
-    }
-    return check_launches(c, err);
-}
-
 /* Queues the step of mode (greedy or sampled) at pos; what it leaves for the host, its id or its draw, is copied to
  * slot pos & 1 (h_tokens or h_draw[1..2]) and token_ready[pos & 1] fires once it is there. */
 static int queue_step(kiln_cuda_context *c, int mode, int pos) {
@@ -689,6 +666,27 @@ static int queue_step(kiln_cuda_context *c, int mode, int pos) {
                                                           cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess) e = cudaEventRecord(c->token_ready[slot], c->stream);
     return e == cudaSuccess ? 0 : -1;
+}
+
+int kiln_cuda_generate_greedy(kiln_cuda_context *c, int32_t token, int pos, int n_gen, int32_t *out,
+                              kiln_error *err) {
+    if (pos < 0 || pos + n_gen > c->n_ctx)
+        return kiln_fail(err, "generating %d tokens from position %d overflows the context of %d", n_gen, pos, c->n_ctx);
+    if (token < 0 || token >= c->cm->cfg.n_vocab) return kiln_fail(err, "token id %d is outside the vocabulary", token);
+    c->n_ahead = 0;
+    if (set_inputs(c, &token, 1, pos, err)) return -1;
+    /* two steps in flight: step i+1 is queued before step i's id is read, hiding the launch behind the GPU work */
+    for (int i = 0; i <= n_gen; i++) {
+        if (i < n_gen && queue_step(c, STEP_GREEDY, pos + i))
+            return kiln_fail(err, "CUDA decode step %d failed to launch", i);
+        if (i > 0) {
+            int slot = (pos + i - 1) & 1;
+            cudaError_t e = cudaEventSynchronize(c->token_ready[slot]);
+            if (e != cudaSuccess) return cuda_error(err, "decode step", e);
+            out[i - 1] = c->h_tokens[slot];
+        }
+    }
+    return check_launches(c, err);
 }
 
 /* kiln_cuda_decode_greedy and _sampled: the step at pos fed token, the next one queued behind it before waiting.
