@@ -94,6 +94,14 @@ const kiln_model *kiln_context_model(const kiln_context *c);
 /* The device a context runs on: KILN_DEVICE_CPU or KILN_DEVICE_CUDA (never AUTO). */
 kiln_device kiln_context_device(const kiln_context *c);
 
+/* Bytes a context uses on the device it runs on (GPU memory for CUDA, host memory for the CPU). */
+typedef struct kiln_memory {
+    uint64_t weights;   /* the model's weights: uploaded to the GPU, or on the CPU mapped from the file */
+    uint64_t kv_cache;  /* keys and values of n_ctx positions */
+    uint64_t workspace; /* activations and scratch */
+} kiln_memory;
+kiln_memory kiln_context_memory(const kiln_context *c);
+
 /* Evaluates ids at positions pos..pos+n-1 (positions before pos stay cached; later ones are dropped) and writes
  * the last token's logits (n_vocab floats), or every token's (n * n_vocab) when all_logits. logits may be NULL. */
 int kiln_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits, char *err,

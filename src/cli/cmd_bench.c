@@ -1,7 +1,9 @@
 /* kiln bench: prompt-processing and decode speed, and decode as a fraction of the measured memory bandwidth. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli/gen_opts.h"
@@ -100,7 +102,16 @@ static double time_decode(kiln_context *c, const int32_t *ids, int n) {
 
 typedef struct bench_result {
     double pp_ms, tg_ms, bw;
+    uint64_t peak_rss; /* before the bandwidth measurement, whose buffers would count */
 } bench_result;
+
+/* The process's peak resident set (the CPU path's mapped weights count once touched). */
+static uint64_t peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? 0 : (uint64_t)ru.ru_maxrss * 1024;
+}
+
+static double mib(uint64_t bytes) { return (double)bytes / 1048576.0; }
 
 static int measure(const bench_opts *o, kiln_context *c, bench_result *r) {
     int n_vocab = kiln_model_n_vocab(kiln_context_model(c)), n_max = (int)(o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen);
@@ -122,6 +133,7 @@ static int measure(const bench_opts *o, kiln_context *c, bench_result *r) {
         }
     }
     free(ids);
+    r->peak_rss = peak_rss_bytes();
     kiln_error e = {{0}};
     if (kiln_context_device(c) == KILN_DEVICE_CUDA) { /* the GPU's roofline: its device-to-device copy */
         if (kiln_cuda_measure_copy_bandwidth(&r->bw, &e)) fprintf(stderr, "warning: %s\n", e.msg);
@@ -162,17 +174,29 @@ static int profile_cuda(const bench_opts *o, kiln_context *c, double bw) {
     return rc ? -1 : 0;
 }
 
+static void report_memory(kiln_context *c, const bench_result *r) {
+    kiln_memory mem = kiln_context_memory(c);
+    const char *where = kiln_context_device(c) == KILN_DEVICE_CUDA ? "GPU" : "host";
+    printf("memory (%s): weights %.1f MiB, KV cache %.1f MiB (%d positions), workspace %.1f MiB; host peak RSS "
+           "%.1f MiB\n",
+           where, mib(mem.weights), mib(mem.kv_cache), kiln_context_n_ctx(c), mib(mem.workspace),
+           mib(r->peak_rss));
+}
+
 static void report(const bench_opts *o, kiln_context *c, const bench_result *r) {
     const kiln_model *m = kiln_context_model(c);
     double pp = o->n_prompt ? o->n_prompt * 1e3 / r->pp_ms : 0, tg = o->n_gen ? o->n_gen * 1e3 / r->tg_ms : 0;
     double bytes = (double)kiln_model_bytes_per_token(m), frac = r->bw > 0 ? bytes * tg / r->bw : 0;
     double ttft = o->n_prompt ? r->pp_ms : 0;
     if (o->json) {
-        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"n_prompt\": %ld, \"n_gen\": %ld, "
-               "\"pp_tok_s\": %.2f, \"tg_tok_s\": %.2f, \"ttft_ms\": %.2f, \"bytes_per_token\": %.0f, "
-               "\"bandwidth_gbs\": %.2f, \"bandwidth_fraction\": %.4f}\n",
-               o->g.model, kiln_model_arch(m), kiln_context_n_threads(c), o->n_prompt, o->n_gen, pp, tg, ttft, bytes,
-               r->bw / 1e9, frac);
+        kiln_memory mem = kiln_context_memory(c);
+        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"n_prompt\": %ld, "
+               "\"n_gen\": %ld, \"pp_tok_s\": %.2f, \"tg_tok_s\": %.2f, \"ttft_ms\": %.2f, \"bytes_per_token\": %.0f, "
+               "\"bandwidth_gbs\": %.2f, \"bandwidth_fraction\": %.4f, \"weights_bytes\": %" PRIu64 ", "
+               "\"kv_cache_bytes\": %" PRIu64 ", \"workspace_bytes\": %" PRIu64 ", \"peak_rss_bytes\": %" PRIu64 "}\n",
+               o->g.model, kiln_model_arch(m), kiln_context_device(c) == KILN_DEVICE_CUDA ? "cuda" : "cpu",
+               kiln_context_n_threads(c), o->n_prompt, o->n_gen, pp, tg, ttft, bytes, r->bw / 1e9, frac, mem.weights,
+               mem.kv_cache, mem.workspace, r->peak_rss);
         return;
     }
     if (kiln_context_device(c) == KILN_DEVICE_CUDA) {
@@ -183,10 +207,11 @@ static void report(const bench_opts *o, kiln_context *c, const bench_result *r) 
     } else {
         printf("model: %s (%s), %d threads\n", o->g.model, kiln_model_arch(m), kiln_context_n_threads(c));
     }
-    if (o->n_prompt) printf("pp%ld: %.1f tok/s (%.1f ms)\n", o->n_prompt, pp, r->pp_ms);
+    if (o->n_prompt) printf("pp%ld: %.1f tok/s (time to first token %.2f ms)\n", o->n_prompt, pp, r->pp_ms);
     if (o->n_gen) printf("tg%ld: %.1f tok/s (%.2f ms/token)\n", o->n_gen, tg, r->tg_ms / o->n_gen);
     printf("weights read per token: %.1f MiB; memory bandwidth: %.2f GB/s; decode bandwidth fraction: %.1f%%\n",
-           bytes / 1048576.0, r->bw / 1e9, frac * 100);
+           mib((uint64_t)bytes), r->bw / 1e9, frac * 100);
+    report_memory(c, r);
 }
 
 int cmd_bench(int argc, char **argv) {

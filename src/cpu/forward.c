@@ -34,6 +34,7 @@ struct kiln_cpu_state {
     int block_size;
     int n_multi;              /* leading tokens that may use the multi-token kernels */
     int64_t attn_work;        /* (token, position) pairs attention visits, per head */
+    uint64_t kv_bytes, work_bytes; /* what alloc_buffers took: the KV cache, the rest */
 };
 
 /* ---- per-token steps, run over the batch on the pool ---- */
@@ -392,26 +393,35 @@ static int alloc_buffers(kiln_cpu_state *s, kiln_error *err) {
     const kiln_config *c = s->cfg;
     size_t B = (size_t)s->n_batch, q_dim = (size_t)kiln_config_q_dim(c), kv_dim = (size_t)kiln_config_kv_dim(c);
     size_t cache = (size_t)c->n_layer * (size_t)s->n_kv_rows * s->kv_row_bytes;
+    size_t rope = sizeof(float) * B * (size_t)(c->rope_dim / 2 + 1);
+    struct { void **p; size_t bytes; } bufs[] = {
+        {(void **)&s->x, sizeof(float) * B * (size_t)c->n_embd},
+        {(void **)&s->xb, sizeof(float) * B * (size_t)c->n_embd},
+        {(void **)&s->q, sizeof(float) * B * q_dim},
+        {(void **)&s->k, sizeof(float) * B * kv_dim},
+        {(void **)&s->v, sizeof(float) * B * kv_dim},
+        {(void **)&s->att_out, sizeof(float) * B * q_dim},
+        {(void **)&s->hb, sizeof(float) * B * (size_t)c->n_ff},
+        {(void **)&s->hb2, sizeof(float) * B * (size_t)c->n_ff},
+        {(void **)&s->scores, sizeof(float) * (size_t)kiln_pool_size(s->pool) * (size_t)s->n_ctx},
+        {(void **)&s->rope_cos, rope},
+        {(void **)&s->rope_sin, rope},
+        {&s->scratch, scratch_size(s->w, s->n_batch)},
+        {(void **)&s->tok_id, sizeof *s->tok_id * B},
+        {(void **)&s->tok_pos, sizeof *s->tok_pos * B},
+        {(void **)&s->tok_blocks, sizeof *s->tok_blocks * B},
+        {(void **)&s->out_rows, sizeof *s->out_rows * B},
+    };
     s->k_cache = malloc(cache);
     s->v_cache = malloc(cache);
-    s->x = malloc(sizeof(float) * B * (size_t)c->n_embd);
-    s->xb = malloc(sizeof(float) * B * (size_t)c->n_embd);
-    s->q = malloc(sizeof(float) * B * q_dim);
-    s->k = malloc(sizeof(float) * B * kv_dim);
-    s->v = malloc(sizeof(float) * B * kv_dim);
-    s->att_out = malloc(sizeof(float) * B * q_dim);
-    s->hb = malloc(sizeof(float) * B * (size_t)c->n_ff);
-    s->hb2 = malloc(sizeof(float) * B * (size_t)c->n_ff);
-    s->scores = malloc(sizeof(float) * (size_t)kiln_pool_size(s->pool) * (size_t)s->n_ctx);
-    s->rope_cos = malloc(sizeof(float) * B * (size_t)(c->rope_dim / 2 + 1));
-    s->rope_sin = malloc(sizeof(float) * B * (size_t)(c->rope_dim / 2 + 1));
-    s->scratch = malloc(scratch_size(s->w, s->n_batch));
-    s->tok_id = malloc(sizeof *s->tok_id * B);
-    s->tok_pos = malloc(sizeof *s->tok_pos * B);
-    s->tok_blocks = malloc(sizeof *s->tok_blocks * B);
-    s->out_rows = malloc(sizeof *s->out_rows * B);
-    if (!s->tok_id || !s->tok_pos || !s->tok_blocks || !s->out_rows ||!s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->hb ||
-        !s->hb2 || !s->scores || !s->rope_cos || !s->rope_sin || !s->scratch)
+    bool ok = s->k_cache && s->v_cache;
+    s->kv_bytes = 2 * (uint64_t)cache;
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        *bufs[i].p = malloc(bufs[i].bytes ? bufs[i].bytes : 1);
+        ok = ok && *bufs[i].p;
+        s->work_bytes += bufs[i].bytes;
+    }
+    if (!ok)
         return kiln_fail(err, "out of memory for a KV cache of %d positions (%.1f MiB)", s->n_kv_rows,
                          2.0 * (double)cache / 1048576.0);
     return 0;
@@ -459,3 +469,8 @@ void kiln_cpu_free(kiln_cpu_state *s) {
 }
 
 int kiln_cpu_n_threads(const kiln_cpu_state *s) { return kiln_pool_size(s->pool); }
+
+void kiln_cpu_memory(const kiln_cpu_state *s, uint64_t *kv_cache, uint64_t *workspace) {
+    *kv_cache = s->kv_bytes;
+    *workspace = s->work_bytes;
+}

@@ -24,6 +24,8 @@ int kiln_cpu_new(const kiln_config *cfg, const kiln_weights *w, const kiln_cpu_p
                  kiln_error *err);
 void kiln_cpu_free(kiln_cpu_state *s);
 int kiln_cpu_n_threads(const kiln_cpu_state *s);
+/* Bytes the state allocated: its KV cache, and its activations and scratch. */
+void kiln_cpu_memory(const kiln_cpu_state *s, uint64_t *kv_cache, uint64_t *workspace);
 
 /* Runs tokens[0..n) at positions pos..pos+n-1 (earlier positions must be in the cache; later ones are
  * overwritten). Writes the logits of the last token (n_vocab floats), or of every token (n * n_vocab) when

@@ -46,6 +46,15 @@ void kiln_ref_free(kiln_ref_state *s) {
     memset(s, 0, sizeof *s);
 }
 
+void kiln_ref_memory(const kiln_ref_state *s, uint64_t *kv_cache, uint64_t *workspace) {
+    const kiln_config *c = s->cfg;
+    uint64_t q_dim = (uint64_t)kiln_config_q_dim(c), kv_dim = (uint64_t)kiln_config_kv_dim(c);
+    uint64_t widest = (uint64_t)max3(c->n_embd, (int)q_dim, c->n_ff);
+    *kv_cache = 2 * sizeof(float) * (uint64_t)c->n_layer * (uint64_t)s->n_ctx * kv_dim;
+    *workspace = sizeof(float) * (2 * (uint64_t)c->n_embd + 2 * q_dim + 2 * kv_dim + (uint64_t)s->n_ctx +
+                                  2 * (uint64_t)c->n_ff + widest);
+}
+
 /* Row r of a weight as F32. */
 static void weight_row(const kiln_weight *w, int64_t r, float *out) {
     const kiln_quant_ops *ops = kiln_quant_ops_get(w->type, KILN_ISA_SCALAR);

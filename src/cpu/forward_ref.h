@@ -22,6 +22,8 @@ typedef struct kiln_ref_state {
 
 int kiln_ref_init(kiln_ref_state *s, const kiln_config *cfg, const kiln_weights *w, int n_ctx, kiln_error *err);
 void kiln_ref_free(kiln_ref_state *s);
+/* Bytes the state allocated: its F32 KV cache, and its activations. */
+void kiln_ref_memory(const kiln_ref_state *s, uint64_t *kv_cache, uint64_t *workspace);
 
 /* Runs token at position pos (0 <= pos < n_ctx; positions 0..pos-1 must have been run before) and writes n_vocab
  * logits. */

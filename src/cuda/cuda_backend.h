@@ -37,6 +37,8 @@ uint64_t kiln_cuda_model_bytes(const kiln_cuda_model *cm);
 /* A sequence of at most n_ctx positions, evaluated in batches of at most n_batch tokens. */
 int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda_context **out, kiln_error *err);
 void kiln_cuda_context_free(kiln_cuda_context *ctx);
+/* Device bytes the context took: its F16 KV cache, and its activations and scratch. */
+void kiln_cuda_context_memory(const kiln_cuda_context *ctx, uint64_t *kv_cache, uint64_t *workspace);
 
 /* Runs tokens[0..n) at positions pos..pos+n-1 (n of any size: split into batches inside). When logits is non-NULL
  * it receives the last token's n_vocab logits. */

@@ -24,6 +24,10 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
 
 void kiln_cuda_context_free(kiln_cuda_context *ctx) {}
 
+void kiln_cuda_context_memory(const kiln_cuda_context *ctx, uint64_t *kv_cache, uint64_t *workspace) {
+    *kv_cache = *workspace = 0;
+}
+
 int kiln_cuda_eval(kiln_cuda_context *ctx, const int32_t *tokens, int n, int pos, float *logits, kiln_error *err) {
     return no_cuda(err);
 }

@@ -36,6 +36,7 @@ enum { STEP_LOGITS, STEP_GREEDY, STEP_SAMPLED, STEP_MODES };
 struct kiln_cuda_context {
     kiln_cuda_model *cm;
     int n_ctx, n_batch;
+    uint64_t kv_bytes, work_bytes; /* device memory alloc_buffers took: the KV cache, the rest */
     cudaStream_t stream;
     cublasHandle_t blas;
     int32_t *d_io;     /* the position, then the tokens of a batch: one copy sets both */
@@ -131,6 +132,8 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
         if (!bufs[i].bytes) continue;
         cudaError_t e = cudaMalloc(bufs[i].p, bufs[i].bytes);
         if (e != cudaSuccess) return e;
+        if (bufs[i].p == &c->k_cache || bufs[i].p == &c->v_cache) c->kv_bytes += bufs[i].bytes;
+        else c->work_bytes += bufs[i].bytes;
     }
     c->d_pos = c->d_io;
     c->d_tokens = c->d_io + 1;
@@ -298,6 +301,11 @@ void kiln_cuda_context_free(kiln_cuda_context *c) {
     if (c->h_draw) cudaFreeHost(c->h_draw);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
+}
+
+void kiln_cuda_context_memory(const kiln_cuda_context *c, uint64_t *kv_cache, uint64_t *workspace) {
+    *kv_cache = c->kv_bytes;
+    *workspace = c->work_bytes;
 }
 
 int kiln_cuda_context_debug_diverged(const kiln_cuda_context *c) {

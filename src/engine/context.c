@@ -92,6 +92,19 @@ int kiln_context_n_threads(const kiln_context *c) {
 kiln_device kiln_context_device(const kiln_context *c) { return c->cuda ? KILN_DEVICE_CUDA : KILN_DEVICE_CPU; }
 const kiln_model *kiln_context_model(const kiln_context *c) { return c->model; }
 
+kiln_memory kiln_context_memory(const kiln_context *c) {
+    kiln_memory m = {0};
+    if (c->cuda) {
+        m.weights = kiln_cuda_model_bytes(c->cuda_model);
+        kiln_cuda_context_memory(c->cuda, &m.kv_cache, &m.workspace);
+        return m;
+    }
+    m.weights = kiln_weights_bytes(&c->model->w);
+    if (c->params.reference) kiln_ref_memory(&c->ref, &m.kv_cache, &m.workspace);
+    else kiln_cpu_memory(c->cpu, &m.kv_cache, &m.workspace);
+    return m;
+}
+
 static int ref_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,
                     kiln_error *err) {
     int V = c->model->cfg.n_vocab;

@@ -123,6 +123,8 @@ void kiln_weights_free(kiln_weights *w);
 
 /* Bytes of weights one decoded token reads: every layer tensor, the final norm, the head, and one embedding row. */
 uint64_t kiln_weights_bytes_per_token(const kiln_weights *w);
+/* Bytes of all the weights (a tied head counted once, with the embedding). */
+uint64_t kiln_weights_bytes(const kiln_weights *w);
 
 /* A loaded model: the container (kept mapped), its description, and its tokenizer. */
 typedef struct kiln_model {

@@ -108,9 +108,18 @@ void kiln_weights_free(kiln_weights *w) {
 
 static uint64_t weight_bytes(const kiln_weight *w) { return w->data ? (uint64_t)w->row_bytes * (uint64_t)w->ne[1] : 0; }
 
-uint64_t kiln_weights_bytes_per_token(const kiln_weights *w) {
-    uint64_t n = weight_bytes(&w->output_norm) + weight_bytes(&w->output) + w->token_embd.row_bytes;
+static uint64_t layer_bytes(const kiln_weights *w) {
+    uint64_t n = 0;
     for (int l = 0; l < w->n_layer; l++)
         for (int r = 0; r < KILN_LAYER_ROLE_COUNT; r++) n += weight_bytes(&w->layers[l].w[r]);
     return n;
+}
+
+uint64_t kiln_weights_bytes_per_token(const kiln_weights *w) {
+    return layer_bytes(w) + weight_bytes(&w->output_norm) + weight_bytes(&w->output) + w->token_embd.row_bytes;
+}
+
+uint64_t kiln_weights_bytes(const kiln_weights *w) {
+    uint64_t head = w->tied ? 0 : weight_bytes(&w->output);
+    return layer_bytes(w) + weight_bytes(&w->output_norm) + head + weight_bytes(&w->token_embd);
 }

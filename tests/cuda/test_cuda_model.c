@@ -74,6 +74,10 @@ static void open_both(const char *path, int n_ctx, int n_batch, both_sides *m) {
         kiln_cuda_model_load(&m->cfg, &m->w, &m->cm, &err) ||
         kiln_cuda_context_new(m->cm, n_ctx, n_batch, &m->ctx, &err))
         fail_msg("%s: %s", path, err.msg);
+    uint64_t kv, work, kv_want = 2 * 2 * (uint64_t)m->cfg.n_layer * (uint64_t)kiln_config_kv_dim(&m->cfg) * n_ctx;
+    kiln_cuda_context_memory(m->ctx, &kv, &work);
+    assert_int_equal(kv, kv_want); /* F16 keys and values */
+    assert_true(work > 0 && kiln_cuda_model_bytes(m->cm) > 0);
     m->cpu = malloc(sizeof(float) * m->cfg.n_vocab), m->gpu = malloc(sizeof(float) * m->cfg.n_vocab);
 }
 

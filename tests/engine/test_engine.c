@@ -170,6 +170,18 @@ static void test_context_overflow_is_an_error(void **state) {
     assert_int_equal(kiln_eval(f->c, ids, n, 200, NULL, false, err, sizeof err), -1);
 }
 
+/* The CPU context of setup: the file's weights, F16 keys and values of its 128 positions, some workspace. */
+static void test_context_memory_counts_weights_and_cache(void **state) {
+    fixture *f = *state;
+    kiln_memory mem = kiln_context_memory(f->c);
+    assert_true(mem.weights > 0 && mem.weights <= kiln_model_bytes_per_token(f->m));
+    assert_true(mem.weights > kiln_model_bytes_per_token(f->m) / 2);
+    const kiln_model *m = kiln_context_model(f->c);
+    uint64_t kv_row = 2 * (uint64_t)m->cfg.n_head_kv * (uint64_t)m->cfg.head_dim; /* F16 */
+    assert_int_equal(mem.kv_cache, 2 * (uint64_t)m->cfg.n_layer * 128 * kv_row);
+    assert_true(mem.workspace > 0);
+}
+
 int main(void) {
     const struct CMUnitTest unit[] = {
         cmocka_unit_test(test_stop_scan_holds_back_possible_starts),
@@ -179,6 +191,7 @@ int main(void) {
         cmocka_unit_test(test_stop_string_ends_the_text_before_it),
         cmocka_unit_test(test_same_seed_same_text),
         cmocka_unit_test(test_context_overflow_is_an_error),
+        cmocka_unit_test(test_context_memory_counts_weights_and_cache),
     };
     return cmocka_run_group_tests(unit, NULL, NULL) | cmocka_run_group_tests(model, setup, teardown);
 }

@@ -1,6 +1,7 @@
 """The model commands end to end: run, chat, perplexity, bench (output shape, errors, help)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -89,5 +90,18 @@ def test_bench_json(model):
     r = kiln("bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--json")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
-    for key in ("pp_tok_s", "tg_tok_s", "bandwidth_fraction", "ttft_ms", "bytes_per_token", "bandwidth_gbs"):
+    for key in ("pp_tok_s", "tg_tok_s", "bandwidth_fraction", "ttft_ms", "bytes_per_token", "bandwidth_gbs",
+                "weights_bytes", "kv_cache_bytes", "workspace_bytes", "peak_rss_bytes"):
         assert j[key] > 0
+    assert j["device"] == "cpu"
+    # the whole file's weights (tied head once) against those a token reads (the head, one embedding row)
+    assert abs(j["weights_bytes"] - j["bytes_per_token"]) < 0.01 * j["bytes_per_token"]
+    # SmolLM2-135M (30 layers, 3 KV heads of 64): F16 keys and values of the p + 2 positions bench asks for
+    assert j["kv_cache_bytes"] == 2 * 2 * 30 * 3 * 64 * (16 + 2)
+
+
+def test_bench_text_reports_memory(model):
+    r = kiln("bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", "1")
+    assert r.returncode == 0, r.stderr
+    assert "time to first token" in r.stdout
+    assert re.search(r"memory \(host\): weights [0-9.]+ MiB, KV cache [0-9.]+ MiB \(18 positions\)", r.stdout)
