@@ -24,7 +24,6 @@ static void set_batch(kiln_context *c, int fallback) {
 /* The GPU executor when the device asks for it (AUTO: when a GPU answers). Returns 1 when it was not wanted or
  * not found under AUTO, so the caller goes on with the CPU. */
 static int make_cuda_executor(kiln_context *c, kiln_error *err) {
-    const kiln_model *m = c->model;
     if (c->params.device == KILN_DEVICE_CPU) return 1;
     kiln_error probe = {{0}};
     if (kiln_cuda_probe(NULL, 0, &probe)) {
@@ -32,9 +31,8 @@ static int make_cuda_executor(kiln_context *c, kiln_error *err) {
         return kiln_fail(err, "--device cuda: %s", probe.msg);
     }
     set_batch(c, GPU_BATCH);
-    if (kiln_cuda_model_load(&m->cfg, &m->w, &c->cuda_model, err) ||
-        kiln_cuda_context_new(c->cuda_model, c->params.n_ctx, c->params.n_batch, &c->cuda, err))
-        return -1;
+    if (kiln_model_gpu_acquire(c->model, &c->cuda_model, err)) return -1;
+    if (kiln_cuda_context_new(c->cuda_model, c->params.n_ctx, c->params.n_batch, &c->cuda, err)) return -1;
     return 0;
 }
 
@@ -79,7 +77,7 @@ void kiln_context_free(kiln_context *c) {
     if (c->params.reference) kiln_ref_free(&c->ref);
     else kiln_cpu_free(c->cpu);
     kiln_cuda_context_free(c->cuda);
-    kiln_cuda_model_free(c->cuda_model);
+    if (c->cuda_model) kiln_model_gpu_release(c->model);
     free(c->tokens);
     free(c->logits);
     free(c);

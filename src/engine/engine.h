@@ -21,12 +21,17 @@ struct kiln_context {
     kiln_context_params params;
     kiln_cpu_state *cpu;   /* the fast path, or */
     kiln_ref_state ref;    /* the reference pass when params.reference */
-    kiln_cuda_model *cuda_model; /* the GPU executor when the device is CUDA: weights on the GPU, and */
+    kiln_cuda_model *cuda_model; /* the GPU executor when the device is CUDA: the model's shared weights, and */
     kiln_cuda_context *cuda;     /* its KV cache and workspace */
     int32_t *tokens;       /* tokens[0..n_past) are in the KV cache */
     int n_past;
     float *logits;         /* the last evaluated token's logits, n_vocab */
 };
+
+/* The model's weights on the GPU, uploaded by the first caller and shared with later ones (*out); each successful
+ * acquire is paired with a release, and the last release frees them. */
+int kiln_model_gpu_acquire(kiln_model *m, kiln_cuda_model **out, kiln_error *err);
+void kiln_model_gpu_release(kiln_model *m);
 
 /* Evaluates ids at pos.. (kiln_eval with a kiln_error). */
 int kiln_ctx_eval(kiln_context *c, const int32_t *ids, int n, int pos, float *logits, bool all_logits,

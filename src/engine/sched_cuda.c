@@ -9,7 +9,8 @@
 
 typedef struct cuda_exec {
     sched_exec base;
-    kiln_cuda_model *cm;
+    kiln_model *model;
+    kiln_cuda_model *cm; /* the model's shared weights on the GPU */
     kiln_cuda_batch *batch;
     kiln_kv_pool *pool;
     int n_ctx, n_vocab;
@@ -60,7 +61,7 @@ static void cuda_stats(sched_exec *base, kiln_sched_stats *st) { sched_blocks_st
 static void cuda_free(sched_exec *base) {
     cuda_exec *x = (cuda_exec *)base;
     kiln_cuda_batch_free(x->batch);
-    kiln_cuda_model_free(x->cm);
+    if (x->cm) kiln_model_gpu_release(x->model);
     kiln_kv_pool_free(x->pool);
     free(x->seqs);
     free(x->windows);
@@ -92,7 +93,8 @@ sched_exec *kiln_sched_cuda_new(kiln_model *m, const kiln_sched_params *p, kiln_
     kiln_cuda_batch_params bp = {.block_size = KILN_SCHED_BLOCK, .n_ctx = p->n_ctx,
                                  .max_tokens = p->n_chunk + p->parallel, .max_seqs = p->parallel,
                                  .max_blocks = want, .min_blocks = p->n_kv_blocks > 0 ? want : per_ctx};
-    if (kiln_cuda_model_load(&m->cfg, &m->w, &x->cm, err) || kiln_cuda_batch_new(x->cm, &bp, &x->batch, err) ||
+    x->model = m;
+    if (kiln_model_gpu_acquire(m, &x->cm, err) || kiln_cuda_batch_new(x->cm, &bp, &x->batch, err) ||
         kiln_kv_pool_new(kiln_cuda_batch_blocks(x->batch), KILN_SCHED_BLOCK, &x->pool, err)) {
         cuda_free(&x->base);
         return NULL;

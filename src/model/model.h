@@ -133,6 +133,10 @@ typedef struct kiln_model {
     kiln_weights w;
     kiln_tokenizer *tok;
     bool add_bos; /* tokenizer.ggml.add_bos_token (default: true for SentencePiece vocabularies) */
+    /* The weights on the GPU: uploaded for the first executor that runs there, shared by the later ones, freed with
+     * the last (engine/gpu_weights.c) */
+    struct kiln_cuda_model *gpu;
+    int gpu_users;
 } kiln_model;
 
 /* Opens a GGUF file or safetensors folder and loads all of the above. */

@@ -4,7 +4,8 @@
  * the others, the same bits from a replayed graph as from eager launches, and a step asking for a sequence's best
  * logits gets that row's ranking. The scheduler on the GPU: a
  * greedy or seeded sampled request gives the same tokens alone and with others running, also
- * when its prompt start comes from the prefix cache.
+ * when its prompt start comes from the prefix cache. Contexts and a scheduler on one model share one upload of
+ * its weights.
  * Models: KILN_CUDA_TEST_MODELS (random-weight GGUFs, tests/cuda/make_model.py) for the forward, and
  * KILN_CUDA_SCHED_MODEL (one with a tokenizer: kiln synth --vocab-from) for the scheduler; each part skips without
  * its model or a GPU. */
@@ -302,10 +303,68 @@ static void test_scheduler_batch_invariance(void **state) {
     kiln_model_close(m);
 }
 
+/* Up to max greedy tokens of a context from the prompt into out; returns how many. */
+static int greedy_tokens(kiln_context *c, const int32_t *prompt, int n, int32_t *out, int max) {
+    kiln_generate_params gp = kiln_generate_default_params();
+    gp.sampling.temperature = 0.0f;
+    gp.max_tokens = max;
+    kiln_generate_result res;
+    request r = {0};
+    char msg[512];
+    if (kiln_generate(c, prompt, n, &gp, on_token, &r, &res, msg, sizeof msg)) fail_msg("%s", msg);
+    assert_true(r.n_tokens > 0 && r.n_tokens <= max);
+    memcpy(out, r.tokens, sizeof(int32_t) * (size_t)r.n_tokens);
+    return r.n_tokens;
+}
+
+/* Two contexts and a scheduler on one model hold one copy of its weights on the GPU, freed with the last of them;
+ * a context keeps generating the same text after the other is gone. */
+static void test_one_upload_per_model(void **state) {
+    if (!gpu_present()) skip();
+    const char *path = getenv("KILN_CUDA_SCHED_MODEL");
+    if (!path || !*path) {
+        fprintf(stderr, "KILN_CUDA_SCHED_MODEL is not set: shared-weights test skipped\n");
+        skip();
+    }
+    char msg[512];
+    kiln_model *m = kiln_model_open(path, msg, sizeof msg);
+    if (!m) fail_msg("%s: %s", path, msg);
+    kiln_context_params cp = kiln_context_default_params();
+    cp.device = KILN_DEVICE_CUDA;
+    cp.n_ctx = 128;
+    kiln_context *a = kiln_context_new(m, &cp, msg, sizeof msg);
+    kiln_context *b = a ? kiln_context_new(m, &cp, msg, sizeof msg) : NULL;
+    if (!a || !b) fail_msg("%s", msg);
+    kiln_sched_params sp = kiln_sched_default_params();
+    sp.device = KILN_DEVICE_CUDA;
+    sp.parallel = 2;
+    sp.n_ctx = 128;
+    kiln_error err = {{0}};
+    kiln_sched *s = kiln_sched_new(m, &sp, &err);
+    if (!s) fail_msg("%s", err.msg);
+    assert_true(a->cuda_model == m->gpu && b->cuda_model == m->gpu);
+    assert_int_equal(m->gpu_users, 3);
+    assert_int_equal(kiln_context_memory(a).weights, kiln_context_memory(b).weights);
+    int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8}, ta[16], tb[16], again[16];
+    int n = greedy_tokens(a, prompt, 8, ta, 16);
+    assert_int_equal(greedy_tokens(b, prompt, 8, tb, 16), n);
+    assert_memory_equal(ta, tb, sizeof(int32_t) * (size_t)n);
+    kiln_sched_free(s);
+    kiln_context_free(a);
+    assert_int_equal(m->gpu_users, 1);
+    assert_int_equal(greedy_tokens(b, prompt, 8, again, 16), n);
+    assert_memory_equal(ta, again, sizeof(int32_t) * (size_t)n);
+    kiln_context_free(b);
+    assert_null(m->gpu);
+    assert_int_equal(m->gpu_users, 0);
+    kiln_model_close(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_batch),
         cmocka_unit_test(test_scheduler_batch_invariance),
+        cmocka_unit_test(test_one_upload_per_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
