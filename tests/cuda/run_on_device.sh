@@ -6,6 +6,7 @@
 # Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [initcheck-model] [gemv]
 #        [attention] [launch] [ncu]
 #        [model] [synth] [kiln] [debug] [default] [decode MODEL...] [batch] [memcheck-batch] [batch-bench MODEL...]
+#        [batch-profile MODEL...] [price MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
 # at /root/kiln-m/a from an earlier call on the same machine and its rest in .devrun/models/default.b: too big for
 # one call's carry)
@@ -97,6 +98,8 @@ while [ $# -gt 0 ]; do
                 KILN_CUDA_SKIP=qkv KILN_CUDA_SKIP=wo KILN_CUDA_SKIP=gate_up KILN_CUDA_SKIP=down KILN_CUDA_SKIP=head; shift
         done; continue ;;
     batch-bench) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_batch" "$1"; shift; done; continue ;;
+    batch-profile) # the batched step's per-op times (eager) at one and two sequences
+        shift; while [ $# -gt 0 ] && [ -e "$1" ]; do KILN_BATCH_PROFILE=1 run "$bin/bench_cuda_batch" "$1" 128 64 1 2; shift; done; continue ;;
     *) echo "unknown stage $1"; status=1 ;;
     esac
     shift
