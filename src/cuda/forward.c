@@ -36,7 +36,7 @@ enum { STEP_LOGITS, STEP_GREEDY, STEP_SAMPLED, STEP_MODES };
 struct kiln_cuda_context {
     kiln_cuda_model *cm;
     int n_ctx, n_batch;
-    uint64_t kv_bytes, work_bytes; /* device memory alloc_buffers took: the KV cache, the rest */
+    uint64_t kv_bytes, work_bytes; /* device memory alloc_buffers asks for: the KV cache, the rest */
     cudaStream_t stream;
     cublasHandle_t blas;
     int32_t *d_io;     /* the position, then the tokens of a batch: one copy sets both */
@@ -128,12 +128,14 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
         {(void **)&c->counters, sizeof(unsigned) * counters},
         {(void **)&c->d_draw, sizeof(kiln_cuda_draw)},
     };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    size_t n_bufs = sizeof bufs / sizeof bufs[0];
+    for (size_t i = 0; i < n_bufs; i++) /* the totals first: a failed allocation says what the context needs */
+        if (bufs[i].p == &c->k_cache || bufs[i].p == &c->v_cache) c->kv_bytes += bufs[i].bytes;
+        else c->work_bytes += bufs[i].bytes;
+    for (size_t i = 0; i < n_bufs; i++) {
         if (!bufs[i].bytes) continue;
         cudaError_t e = cudaMalloc(bufs[i].p, bufs[i].bytes);
         if (e != cudaSuccess) return e;
-        if (bufs[i].p == &c->k_cache || bufs[i].p == &c->v_cache) c->kv_bytes += bufs[i].bytes;
-        else c->work_bytes += bufs[i].bytes;
     }
     c->d_pos = c->d_io;
     c->d_tokens = c->d_io + 1;
@@ -229,8 +231,12 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
         size_t free_b = 0, total_b = 0;
         cudaGetLastError();
         cudaMemGetInfo(&free_b, &total_b);
+        double kv = c->kv_bytes / 1048576.0, work = c->work_bytes / 1048576.0;
         kiln_cuda_context_free(c);
-        return kiln_fail(err, "CUDA context of %d positions: %s (%.1f MiB free)", n_ctx, cudaGetErrorString(e), free_b / 1048576.0);
+        return kiln_fail(err,
+                         "CUDA context of %d positions needs %.1f MiB (KV cache %.1f MiB, workspace %.1f MiB for "
+                         "batches of %d): %s, %.1f MiB free (lower --ctx or --batch)",
+                         n_ctx, kv + work, kv, work, n_batch, cudaGetErrorString(e), free_b / 1048576.0);
     }
     if (n_batch > 1) {
         if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {

@@ -342,6 +342,22 @@ static void open_first_model(char *path, size_t size, both_sides *m, int32_t *to
     for (int i = 0; i < N_PROMPT; i++) tokens[i] = (int32_t)((rng_uniform() + 1.0f) * 0.5f * (m->cfg.n_vocab - 1));
 }
 
+/* A context that cannot fit says what it needs: its KV cache and workspace, and what to lower. */
+static void test_context_too_large(void **state) {
+    char path[4096];
+    both_sides m;
+    int32_t tokens[N_PROMPT];
+    open_first_model(path, sizeof path, &m, tokens);
+    kiln_error err = {{0}};
+    kiln_cuda_context *big = NULL;
+    assert_int_equal(kiln_cuda_context_new(m.cm, 1 << 30, 8, &big, &err), -1);
+    assert_null(big);
+    fprintf(stderr, "%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "needs"));
+    assert_non_null(strstr(err.msg, "lower --ctx"));
+    close_both(&m);
+}
+
 /* kiln_cuda_eval_best on the first model: a decode step run twice at the same position, once with the whole row
  * copied back (kiln_cuda_eval), once ranked on the device: the k best are the row's k best by the sampler's order,
  * with their logits, and the window's logits are the row's. */
@@ -433,6 +449,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_models), cmocka_unit_test(test_span_boundary),
                                        cmocka_unit_test(test_long_prompt),
                                        cmocka_unit_test(test_debug), cmocka_unit_test(test_best_logits),
-                                       cmocka_unit_test(test_sampled_decode)};
+                                       cmocka_unit_test(test_sampled_decode),
+                                       cmocka_unit_test(test_context_too_large)};
     return cmocka_run_group_tests_name("cuda_model", tests, NULL, NULL);
 }
