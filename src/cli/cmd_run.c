@@ -143,12 +143,14 @@ static int on_token(const kiln_token_event *ev, void *user) {
     return 0;
 }
 
-static void print_timings(const kiln_generate_result *r, int n_threads) {
+static void print_timings(const kiln_generate_result *r, const kiln_context *c) {
     int evaluated = r->n_prompt - r->n_cached;
+    char where[320];
     fprintf(stderr, "\nkiln: prompt %d tokens (%d cached) in %.1f ms (%.1f tok/s); generated %d tokens in %.1f ms"
-                    " (%.1f tok/s); %d threads\n",
+                    " (%.1f tok/s); on %s\n",
             r->n_prompt, r->n_cached, r->prefill_ms, r->prefill_ms > 0 ? evaluated * 1e3 / r->prefill_ms : 0.0,
-            r->n_generated, r->decode_ms, r->decode_ms > 0 ? r->n_generated * 1e3 / r->decode_ms : 0.0, n_threads);
+            r->n_generated, r->decode_ms, r->decode_ms > 0 ? r->n_generated * 1e3 / r->decode_ms : 0.0,
+            gen_opts_where(c, where, sizeof where));
 }
 
 static int generate(const run_opts *o, kiln_context *c, const int32_t *ids, int n) {
@@ -166,7 +168,7 @@ static int generate(const run_opts *o, kiln_context *c, const int32_t *ids, int 
     }
     if (o->print_ids) printf("\n");
     fflush(stdout);
-    print_timings(&r, kiln_context_n_threads(c));
+    print_timings(&r, c);
     return 0;
 }
 
@@ -177,6 +179,7 @@ int cmd_run(int argc, char **argv) {
     kiln_model *m;
     kiln_context *c;
     if (gen_opts_open(&o.g, &m, &c)) return 1;
+    gen_opts_describe(&o.g, c);
     int32_t *ids = NULL;
     int n = build_prompt(&o, m, &ids), rc = 1;
     if (n >= 0) rc = o.dump_logits ? dump_logits(c, ids, n, o.dump_logits) : generate(&o, c, ids, n);

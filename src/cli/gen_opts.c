@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_backend.h"
+
 void gen_opts_init(gen_opts *o) {
     memset(o, 0, sizeof *o);
     o->ctx = kiln_context_default_params();
@@ -154,4 +156,26 @@ int gen_opts_open(const gen_opts *o, kiln_model **m, kiln_context **c) {
         return -1;
     }
     return 0;
+}
+
+const char *gen_opts_where(const kiln_context *c, char *buf, size_t size) {
+    if (kiln_context_device(c) == KILN_DEVICE_CUDA) {
+        char desc[256];
+        kiln_error e = {{0}};
+        if (kiln_cuda_probe(desc, sizeof desc, &e)) snprintf(desc, sizeof desc, "CUDA");
+        snprintf(buf, size, "the GPU (%s)", desc);
+    } else {
+        int n = kiln_context_n_threads(c);
+        snprintf(buf, size, "the CPU, %d thread%s", n, n == 1 ? "" : "s");
+    }
+    return buf;
+}
+
+void gen_opts_describe(const gen_opts *o, const kiln_context *c) {
+    char where[320];
+    kiln_memory mem = kiln_context_memory(c);
+    fprintf(stderr, "kiln: %s (%s) on %s: weights %.1f MiB, KV cache %.1f MiB (%d positions), workspace %.1f MiB\n",
+            o->model, kiln_model_arch(kiln_context_model(c)), gen_opts_where(c, where, sizeof where),
+            (double)mem.weights / 1048576.0, (double)mem.kv_cache / 1048576.0, kiln_context_n_ctx(c),
+            (double)mem.workspace / 1048576.0);
 }

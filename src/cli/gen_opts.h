@@ -29,6 +29,12 @@ void gen_opts_usage(FILE *out, int with_sampling);
 /* Opens the model and a context from the options, printing errors; returns 0 or -1. */
 int gen_opts_open(const gen_opts *o, kiln_model **m, kiln_context **c);
 
+/* Where a context runs ("the GPU (name)" or "the CPU, N threads") into buf. */
+const char *gen_opts_where(const kiln_context *c, char *buf, size_t size);
+
+/* One line on stderr: the model, where it runs, and the memory its context holds there. */
+void gen_opts_describe(const gen_opts *o, const kiln_context *c);
+
 /* Parses a whole decimal number within [lo, hi] (for commands' own options); -1 after printing an error. */
 int gen_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 

@@ -33,6 +33,9 @@ def test_run_prints_only_the_continuation(model):
     assert r.returncode == 0, r.stderr
     assert r.stdout == " Paris.\n"  # greedy ids 7042 30 198 (numpy reference)
     assert "tok/s" in r.stderr
+    # where it ran and what its context holds there, first; the timings name the place again
+    assert re.search(r"on the CPU, 1 thread: weights 92\.1 MiB, KV cache [0-9.]+ MiB \([0-9]+ positions\)", r.stderr)
+    assert r.stderr.rstrip().endswith("on the CPU, 1 thread")
 
 
 def test_run_chat_and_seeds(model):
