@@ -132,6 +132,9 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     for (size_t i = 0; i < n_bufs; i++) /* the totals first: a failed allocation says what the context needs */
         if (bufs[i].p == &c->k_cache || bufs[i].p == &c->v_cache) c->kv_bytes += bufs[i].bytes;
         else c->work_bytes += bufs[i].bytes;
+    size_t free_b = 0, total_b = 0; /* more than is free fails before any allocation */
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && c->kv_bytes + c->work_bytes > free_b)
+        return cudaErrorMemoryAllocation;
     for (size_t i = 0; i < n_bufs; i++) {
         if (!bufs[i].bytes) continue;
         cudaError_t e = cudaMalloc(bufs[i].p, bufs[i].bytes);
