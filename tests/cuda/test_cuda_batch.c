@@ -254,17 +254,23 @@ static void run_requests(kiln_sched *s, int32_t (*prompts)[64], const int *n, in
         if (r[i].err[0]) fail_msg("request %d: %s", i, r[i].err);
 }
 
-static void test_scheduler_batch_invariance(void **state) {
+/* The scheduler tests' model (KILN_CUDA_SCHED_MODEL), opened; skips the test (named by what) without it or a GPU. */
+static kiln_model *open_sched_model(const char *what) {
     if (!gpu_present()) skip();
-    rng_seed();
     const char *path = getenv("KILN_CUDA_SCHED_MODEL");
     if (!path || !*path) {
-        fprintf(stderr, "KILN_CUDA_SCHED_MODEL is not set: GPU scheduler test skipped\n");
+        fprintf(stderr, "KILN_CUDA_SCHED_MODEL is not set: %s test skipped\n", what);
         skip();
     }
     char msg[512];
     kiln_model *m = kiln_model_open(path, msg, sizeof msg);
     if (!m) fail_msg("%s: %s", path, msg);
+    return m;
+}
+
+static void test_scheduler_batch_invariance(void **state) {
+    kiln_model *m = open_sched_model("GPU scheduler");
+    rng_seed();
     kiln_sched_params p = kiln_sched_default_params();
     p.device = KILN_DEVICE_CUDA;
     p.parallel = 6;
@@ -320,15 +326,8 @@ static int greedy_tokens(kiln_context *c, const int32_t *prompt, int n, int32_t 
 /* Two contexts and a scheduler on one model hold one copy of its weights on the GPU, freed with the last of them;
  * a context keeps generating the same text after the other is gone. */
 static void test_one_upload_per_model(void **state) {
-    if (!gpu_present()) skip();
-    const char *path = getenv("KILN_CUDA_SCHED_MODEL");
-    if (!path || !*path) {
-        fprintf(stderr, "KILN_CUDA_SCHED_MODEL is not set: shared-weights test skipped\n");
-        skip();
-    }
+    kiln_model *m = open_sched_model("shared-weights");
     char msg[512];
-    kiln_model *m = kiln_model_open(path, msg, sizeof msg);
-    if (!m) fail_msg("%s: %s", path, msg);
     kiln_context_params cp = kiln_context_default_params();
     cp.device = KILN_DEVICE_CUDA;
     cp.n_ctx = 128;
