@@ -125,6 +125,8 @@ int kiln_cuda_batch_new(kiln_cuda_model *cm, const kiln_cuda_batch_params *p, ki
 void kiln_cuda_batch_free(kiln_cuda_batch *b);
 /* KV blocks the cache holds. */
 int kiln_cuda_batch_blocks(const kiln_cuda_batch *b);
+/* Device bytes of the paged KV cache and of the step's activations and scratch. */
+void kiln_cuda_batch_memory(const kiln_cuda_batch *b, uint64_t *kv_cache, uint64_t *workspace);
 /* Runs one step; *logits (when non-NULL) points at n_vocab floats per sequence that wanted them, in order, valid
  * until the next step: filled for those that asked for the whole row (best 0). */
 int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, const float **logits,

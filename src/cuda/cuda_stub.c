@@ -75,6 +75,10 @@ void kiln_cuda_batch_free(kiln_cuda_batch *b) {}
 
 int kiln_cuda_batch_blocks(const kiln_cuda_batch *b) { return 0; }
 
+void kiln_cuda_batch_memory(const kiln_cuda_batch *b, uint64_t *kv_cache, uint64_t *workspace) {
+    *kv_cache = *workspace = 0;
+}
+
 int kiln_cuda_forward_batch(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs, const float **logits,
                             kiln_error *err) {
     return no_cuda(err);

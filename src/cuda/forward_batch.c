@@ -53,6 +53,7 @@ struct kiln_cuda_batch {
     kiln_cuda_profile *prof; /* while profiling: every op of a step timed, no graph */
     step_graph graphs[GRAPH_MAX_TOKENS + 1]; /* by the step's token count */
     bool graphs_off;         /* eager launches only: asked for, or a capture failed */
+    uint64_t kv_bytes, work_bytes; /* device memory of the paged KV cache and of the rest */
 };
 
 /* The start of op, which reads `bytes` of weights: a profile boundary (no-op while not profiling). */
@@ -97,6 +98,7 @@ static cudaError_t alloc_buffers(kiln_cuda_batch *b) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         cudaError_t e = cudaMalloc(bufs[i].p, bufs[i].bytes);
         if (e != cudaSuccess) return e;
+        b->work_bytes += bufs[i].bytes;
     }
     cudaError_t e = cudaHostAlloc((void **)&b->h_io, sizeof(int32_t) * b->io_len, cudaHostAllocDefault);
     if (e == cudaSuccess)
@@ -120,6 +122,7 @@ static int alloc_cache(kiln_cuda_batch *b, int max_blocks, int min_blocks, kiln_
     size_t bytes = per_block * (size_t)b->n_blocks;
     if ((e = cudaMalloc(&b->k_cache, bytes)) != cudaSuccess || (e = cudaMalloc(&b->v_cache, bytes)) != cudaSuccess)
         return cuda_error(err, "allocating the paged KV cache", e);
+    b->kv_bytes = 2 * (uint64_t)bytes;
     return 0;
 }
 
@@ -158,6 +161,11 @@ int kiln_cuda_batch_new(kiln_cuda_model *cm, const kiln_cuda_batch_params *p, ki
 }
 
 int kiln_cuda_batch_blocks(const kiln_cuda_batch *b) { return b->n_blocks; }
+
+void kiln_cuda_batch_memory(const kiln_cuda_batch *b, uint64_t *kv_cache, uint64_t *workspace) {
+    *kv_cache = b->kv_bytes;
+    *workspace = b->work_bytes;
+}
 
 void kiln_cuda_batch_free(kiln_cuda_batch *b) {
     if (!b) return;

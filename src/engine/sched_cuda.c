@@ -58,6 +58,14 @@ static int cuda_run(sched_exec *base, sched_work *work, int n_work, kiln_error *
 
 static void cuda_stats(sched_exec *base, kiln_sched_stats *st) { sched_blocks_stats(((cuda_exec *)base)->pool, st); }
 
+static void cuda_info(const sched_exec *base, kiln_sched_info *out) {
+    const cuda_exec *x = (const cuda_exec *)base;
+    *out = (kiln_sched_info){.device = KILN_DEVICE_CUDA, .kv_blocks = kiln_cuda_batch_blocks(x->batch),
+                             .kv_block_size = KILN_SCHED_BLOCK};
+    out->memory.weights = kiln_cuda_model_bytes(x->cm);
+    kiln_cuda_batch_memory(x->batch, &out->memory.kv_cache, &out->memory.workspace);
+}
+
 static void cuda_free(sched_exec *base) {
     cuda_exec *x = (cuda_exec *)base;
     kiln_cuda_batch_free(x->batch);
@@ -68,7 +76,7 @@ static void cuda_free(sched_exec *base) {
     free(x);
 }
 
-static const sched_exec_ops CUDA_OPS = {cuda_admit, cuda_release, cuda_run, cuda_stats, cuda_free};
+static const sched_exec_ops CUDA_OPS = {cuda_admit, cuda_release, cuda_run, cuda_stats, cuda_info, cuda_free};
 
 sched_exec *kiln_sched_cuda_new(kiln_model *m, const kiln_sched_params *p, kiln_error *err) {
     int per_ctx = div_up(p->n_ctx, KILN_SCHED_BLOCK);

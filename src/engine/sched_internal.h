@@ -58,6 +58,8 @@ typedef struct sched_exec_ops {
     int (*run)(sched_exec *x, sched_work *work, int n_work, kiln_error *err);
     /* After a step, with the lock held: KV blocks in use. */
     void (*stats)(sched_exec *x, kiln_sched_stats *st);
+    /* Its device and memory (fixed once made). */
+    void (*info)(const sched_exec *x, kiln_sched_info *out);
     void (*free)(sched_exec *x);
 } sched_exec_ops;
 

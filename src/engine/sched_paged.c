@@ -9,6 +9,7 @@ typedef struct paged_exec {
     kiln_cpu_state *cpu;
     kiln_kv_pool *pool;
     int n_ctx, n_vocab;
+    uint64_t weights;    /* bytes of the model's weights (mapped from its file) */
     float *logits;       /* [parallel][n_vocab] */
     kiln_cpu_seq *seqs;  /* [parallel] */
 } paged_exec;
@@ -39,6 +40,14 @@ static int paged_run(sched_exec *base, sched_work *work, int n_work, kiln_error 
 
 static void paged_stats(sched_exec *base, kiln_sched_stats *st) { sched_blocks_stats(((paged_exec *)base)->pool, st); }
 
+static void paged_info(const sched_exec *base, kiln_sched_info *out) {
+    const paged_exec *x = (const paged_exec *)base;
+    *out = (kiln_sched_info){.device = KILN_DEVICE_CPU, .kv_blocks = kiln_kv_pool_blocks(x->pool),
+                             .kv_block_size = KILN_SCHED_BLOCK};
+    out->memory.weights = x->weights;
+    kiln_cpu_memory(x->cpu, &out->memory.kv_cache, &out->memory.workspace);
+}
+
 static void paged_free(sched_exec *base) {
     paged_exec *x = (paged_exec *)base;
     kiln_cpu_free(x->cpu);
@@ -48,7 +57,7 @@ static void paged_free(sched_exec *base) {
     free(x);
 }
 
-static const sched_exec_ops PAGED_OPS = {paged_admit, paged_release, paged_run, paged_stats, paged_free};
+static const sched_exec_ops PAGED_OPS = {paged_admit, paged_release, paged_run, paged_stats, paged_info, paged_free};
 
 sched_exec *kiln_sched_paged_new(kiln_model *m, const kiln_sched_params *p, kiln_error *err) {
     int per_ctx = div_up(p->n_ctx, KILN_SCHED_BLOCK);
@@ -66,6 +75,7 @@ sched_exec *kiln_sched_paged_new(kiln_model *m, const kiln_sched_params *p, kiln
     x->base.ops = &PAGED_OPS;
     x->n_ctx = p->n_ctx;
     x->n_vocab = m->cfg.n_vocab;
+    x->weights = kiln_weights_bytes(&m->w);
     kiln_cpu_params cp = {.n_ctx = p->n_ctx, .n_batch = p->n_chunk + p->parallel,
                           .n_kv_rows = n_blocks * KILN_SCHED_BLOCK, .n_threads = p->n_threads,
                           .kv_type = KILN_TYPE_F16};

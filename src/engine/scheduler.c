@@ -136,6 +136,8 @@ void kiln_sched_cancel(kiln_sched *s, int64_t id) {
     pthread_mutex_unlock(&s->lock);
 }
 
+void kiln_sched_get_info(const kiln_sched *s, kiln_sched_info *out) { s->exec->ops->info(s->exec, out); }
+
 void kiln_sched_get_stats(kiln_sched *s, kiln_sched_stats *out) {
     pthread_mutex_lock(&s->lock);
     *out = s->stats;

@@ -69,4 +69,13 @@ typedef struct kiln_sched_stats {
 /* A consistent snapshot. Thread-safe. */
 void kiln_sched_get_stats(kiln_sched *s, kiln_sched_stats *out);
 
+/* Where the scheduler's steps run and the memory they hold there (the KV cache is the shared pool of blocks). */
+typedef struct kiln_sched_info {
+    kiln_device device; /* KILN_DEVICE_CPU or KILN_DEVICE_CUDA */
+    kiln_memory memory;
+    int kv_blocks, kv_block_size;
+} kiln_sched_info;
+
+void kiln_sched_get_info(const kiln_sched *s, kiln_sched_info *out);
+
 #endif

@@ -234,6 +234,12 @@ int srv_port(const srv_server *s) {
     return s->port;
 }
 
+void srv_info(srv_server *s, kiln_sched_info *out) {
+    pthread_rwlock_rdlock(&s->sched_lock);
+    kiln_sched_get_info(s->sched, out);
+    pthread_rwlock_unlock(&s->sched_lock);
+}
+
 void srv_stop(srv_server *s) {
     MHD_socket listener = MHD_quiesce_daemon(s->daemon);
     pthread_rwlock_wrlock(&s->sched_lock);

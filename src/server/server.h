@@ -22,6 +22,8 @@ typedef struct srv_server srv_server;
 /* Starts the scheduler over m (which must outlive the server) and the HTTP daemon. */
 srv_server *srv_start(kiln_model *m, const kiln_sched_params *sp, const srv_options *o, kiln_error *err);
 int srv_port(const srv_server *s);
+/* Where the scheduler runs and the memory it holds there (for the start-up line). */
+void srv_info(srv_server *s, kiln_sched_info *out);
 /* Stops accepting connections, cancels what is queued or running (their clients get what was generated so far),
  * waits for the connections to end, and frees everything. */
 void srv_stop(srv_server *s);

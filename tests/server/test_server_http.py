@@ -75,6 +75,13 @@ def test_health_and_models(server):
     assert body["data"][0]["id"] == "SmolLM2-135M-Instruct.Q4_1.gguf" or body["data"][0]["id"].endswith(".gguf")
 
 
+def test_startup_line_says_where_and_how_much(server):
+    # --parallel 2 --ctx 1024: a pool of 2 x 64 blocks of 16 positions, F16 keys and values of SmolLM2-135M
+    # (30 layers, 3 KV heads of 64): 2 * 2 * 30 * 192 * 2048 bytes = 45 MiB
+    log = server.log_tail()
+    assert "kiln serve: on the CPU: weights 92.1 MiB, KV cache 45.0 MiB (128 blocks of 16 positions)" in log, log
+
+
 def test_web_page(server):
     status, headers, data = request(server, "GET", "/")
     assert status == 200 and headers["Content-Type"].startswith("text/html") and b"<html" in data.lower()
