@@ -33,6 +33,7 @@ typedef struct kiln_model kiln_model;
 
 /* Opens a GGUF file or a safetensors model folder (weights stay memory-mapped). */
 kiln_model *kiln_model_open(const char *path, char *err, size_t err_size);
+/* After its contexts are freed: contexts on one model share its weights (on a GPU, one upload for all of them). */
 void kiln_model_close(kiln_model *m);
 
 int kiln_model_n_vocab(const kiln_model *m);
