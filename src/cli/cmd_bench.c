@@ -111,8 +111,6 @@ static uint64_t peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) ? 0 : (uint64_t)ru.ru_maxrss * 1024;
 }
 
-static double mib(uint64_t bytes) { return (double)bytes / 1048576.0; }
-
 static int measure(const bench_opts *o, kiln_context *c, bench_result *r) {
     int n_vocab = kiln_model_n_vocab(kiln_context_model(c)), n_max = (int)(o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen);
     int32_t *ids = malloc(sizeof *ids * (size_t)(n_max + 1));
@@ -175,12 +173,9 @@ static int profile_cuda(const bench_opts *o, kiln_context *c, double bw) {
 }
 
 static void report_memory(kiln_context *c, const bench_result *r) {
-    kiln_memory mem = kiln_context_memory(c);
-    const char *where = kiln_context_device(c) == KILN_DEVICE_CUDA ? "GPU" : "host";
-    printf("memory (%s): weights %.1f MiB, KV cache %.1f MiB (%d positions), workspace %.1f MiB; host peak RSS "
-           "%.1f MiB\n",
-           where, mib(mem.weights), mib(mem.kv_cache), kiln_context_n_ctx(c), mib(mem.workspace),
-           mib(r->peak_rss));
+    char memory[160];
+    printf("memory (%s): %s; host peak RSS %.1f MiB\n", kiln_context_device(c) == KILN_DEVICE_CUDA ? "GPU" : "host",
+           gen_opts_memory(c, memory, sizeof memory), gen_mib(r->peak_rss));
 }
 
 static void report(const bench_opts *o, kiln_context *c, const bench_result *r) {
@@ -210,7 +205,7 @@ static void report(const bench_opts *o, kiln_context *c, const bench_result *r) 
     if (o->n_prompt) printf("pp%ld: %.1f tok/s (time to first token %.2f ms)\n", o->n_prompt, pp, r->pp_ms);
     if (o->n_gen) printf("tg%ld: %.1f tok/s (%.2f ms/token)\n", o->n_gen, tg, r->tg_ms / o->n_gen);
     printf("weights read per token: %.1f MiB; memory bandwidth: %.2f GB/s; decode bandwidth fraction: %.1f%%\n",
-           mib((uint64_t)bytes), r->bw / 1e9, frac * 100);
+           gen_mib((uint64_t)bytes), r->bw / 1e9, frac * 100);
     report_memory(c, r);
 }
 

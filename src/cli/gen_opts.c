@@ -171,11 +171,17 @@ const char *gen_opts_where(const kiln_context *c, char *buf, size_t size) {
     return buf;
 }
 
-void gen_opts_describe(const gen_opts *o, const kiln_context *c) {
-    char where[320];
+double gen_mib(uint64_t bytes) { return (double)bytes / 1048576.0; }
+
+const char *gen_opts_memory(const kiln_context *c, char *buf, size_t size) {
     kiln_memory mem = kiln_context_memory(c);
-    fprintf(stderr, "kiln: %s (%s) on %s: weights %.1f MiB, KV cache %.1f MiB (%d positions), workspace %.1f MiB\n",
-            o->model, kiln_model_arch(kiln_context_model(c)), gen_opts_where(c, where, sizeof where),
-            (double)mem.weights / 1048576.0, (double)mem.kv_cache / 1048576.0, kiln_context_n_ctx(c),
-            (double)mem.workspace / 1048576.0);
+    snprintf(buf, size, "weights %.1f MiB, KV cache %.1f MiB (%d positions), workspace %.1f MiB",
+             gen_mib(mem.weights), gen_mib(mem.kv_cache), kiln_context_n_ctx(c), gen_mib(mem.workspace));
+    return buf;
+}
+
+void gen_opts_describe(const gen_opts *o, const kiln_context *c) {
+    char where[320], memory[160];
+    fprintf(stderr, "kiln: %s (%s) on %s: %s\n", o->model, kiln_model_arch(kiln_context_model(c)),
+            gen_opts_where(c, where, sizeof where), gen_opts_memory(c, memory, sizeof memory));
 }

@@ -32,6 +32,11 @@ int gen_opts_open(const gen_opts *o, kiln_model **m, kiln_context **c);
 /* Where a context runs ("the GPU (name)" or "the CPU, N threads") into buf. */
 const char *gen_opts_where(const kiln_context *c, char *buf, size_t size);
 
+double gen_mib(uint64_t bytes);
+
+/* What a context holds on its device ("weights W MiB, KV cache K MiB (N positions), workspace S MiB") into buf. */
+const char *gen_opts_memory(const kiln_context *c, char *buf, size_t size);
+
 /* One line on stderr: the model, where it runs, and the memory its context holds there. */
 void gen_opts_describe(const gen_opts *o, const kiln_context *c);
 

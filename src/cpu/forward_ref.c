@@ -19,20 +19,20 @@ int kiln_ref_init(kiln_ref_state *s, const kiln_config *cfg, const kiln_weights 
     s->n_ctx = n_ctx;
     size_t q_dim = (size_t)kiln_config_q_dim(cfg), kv_dim = (size_t)kiln_config_kv_dim(cfg);
     size_t cache = (size_t)cfg->n_layer * (size_t)n_ctx * kv_dim;
-    s->x = calloc((size_t)cfg->n_embd, sizeof(float));
-    s->xb = calloc((size_t)cfg->n_embd, sizeof(float));
-    s->q = calloc(q_dim, sizeof(float));
-    s->k = calloc(kv_dim, sizeof(float));
-    s->v = calloc(kv_dim, sizeof(float));
-    s->att_out = calloc(q_dim, sizeof(float));
-    s->att = calloc((size_t)n_ctx, sizeof(float));
-    s->hb = calloc((size_t)cfg->n_ff, sizeof(float));
-    s->hb2 = calloc((size_t)cfg->n_ff, sizeof(float));
-    s->row = calloc((size_t)max3(cfg->n_embd, (int)q_dim, cfg->n_ff), sizeof(float));
-    s->key_cache = calloc(cache, sizeof(float));
-    s->value_cache = calloc(cache, sizeof(float));
-    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->att || !s->hb || !s->hb2 || !s->row ||
-        !s->key_cache || !s->value_cache) {
+    struct { float **p; size_t n; } bufs[] = {
+        {&s->x, (size_t)cfg->n_embd}, {&s->xb, (size_t)cfg->n_embd}, {&s->q, q_dim}, {&s->k, kv_dim},
+        {&s->v, kv_dim}, {&s->att_out, q_dim}, {&s->att, (size_t)n_ctx}, {&s->hb, (size_t)cfg->n_ff},
+        {&s->hb2, (size_t)cfg->n_ff}, {&s->row, (size_t)max3(cfg->n_embd, (int)q_dim, cfg->n_ff)},
+        {&s->key_cache, cache}, {&s->value_cache, cache},
+    };
+    bool ok = true;
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        *bufs[i].p = calloc(bufs[i].n, sizeof(float));
+        ok = ok && *bufs[i].p;
+        if (bufs[i].p == &s->key_cache || bufs[i].p == &s->value_cache) s->kv_bytes += sizeof(float) * bufs[i].n;
+        else s->work_bytes += sizeof(float) * bufs[i].n;
+    }
+    if (!ok) {
         kiln_ref_free(s);
         return kiln_fail(err, "out of memory for the reference state (context %d)", n_ctx);
     }
@@ -47,12 +47,8 @@ void kiln_ref_free(kiln_ref_state *s) {
 }
 
 void kiln_ref_memory(const kiln_ref_state *s, uint64_t *kv_cache, uint64_t *workspace) {
-    const kiln_config *c = s->cfg;
-    uint64_t q_dim = (uint64_t)kiln_config_q_dim(c), kv_dim = (uint64_t)kiln_config_kv_dim(c);
-    uint64_t widest = (uint64_t)max3(c->n_embd, (int)q_dim, c->n_ff);
-    *kv_cache = 2 * sizeof(float) * (uint64_t)c->n_layer * (uint64_t)s->n_ctx * kv_dim;
-    *workspace = sizeof(float) * (2 * (uint64_t)c->n_embd + 2 * q_dim + 2 * kv_dim + (uint64_t)s->n_ctx +
-                                  2 * (uint64_t)c->n_ff + widest);
+    *kv_cache = s->kv_bytes;
+    *workspace = s->work_bytes;
 }
 
 /* Row r of a weight as F32. */

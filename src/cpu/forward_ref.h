@@ -18,6 +18,7 @@ typedef struct kiln_ref_state {
     float *hb, *hb2; /* FFN gate and up, n_ff */
     float *row;      /* one dequantized weight row, max(n_embd, q_dim, n_ff) */
     float *key_cache, *value_cache; /* [n_layer][n_ctx][kv_dim] */
+    uint64_t kv_bytes, work_bytes;  /* what kiln_ref_init allocated: the cache, the rest */
 } kiln_ref_state;
 
 int kiln_ref_init(kiln_ref_state *s, const kiln_config *cfg, const kiln_weights *w, int n_ctx, kiln_error *err);
