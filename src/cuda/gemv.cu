@@ -671,7 +671,6 @@ extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const f
                               cudaStream_t stream) {
     if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
     if (!kiln_cuda_type_uses_q8_1(m->type)) return launch_float<false>(m, nullptr, xf, y, accumulate, stream);
-    if (kiln_cuda_gemv_mma_takes(m->type, m->k, false)) return kiln_cuda_gemv_mma(m, nullptr, xq, y, accumulate, stream);
     gemv_job job = {};
     job.accumulate = accumulate;
     return launch_quant<false>(&m, &y, 1, xq, job, gemv_extras{}, stream);
@@ -752,7 +751,6 @@ extern "C" int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cu
     if (!kiln_cuda_type_supported(gate->type, gate->k)) return -1;
     if (!kiln_cuda_type_uses_q8_1(gate->type))
         return launch_float<true>(gate, (const uint8_t *)up->data, xf, y, false, stream);
-    if (kiln_cuda_gemv_mma_takes(gate->type, gate->k, true)) return kiln_cuda_gemv_mma(gate, up, xq, y, false, stream);
     const kiln_cuda_matrix *ms[2] = {gate, up};
     float *ys[2] = {y, y};
     return launch_quant<true>(ms, ys, 2, xq, gemv_job{}, gemv_extras{}, stream);

@@ -78,14 +78,6 @@ int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, float *y, con
 int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq, const float *xf,
                           float *y, cudaStream_t stream);
 
-/* The GEMV (up NULL) or the gate/up pair with SwiGLU (up non-NULL) of Q4_K or Q6_K rows on int8 tensor cores
- * (gemv_mma.cu), as kiln_cuda_gemv and kiln_cuda_gemv_swiglu compute them; -1 for other types or widths.
- * kiln_cuda_gemv_mma_takes: whether those two take it for such a matrix (KILN_CUDA_GEMV_MMA: bit 1 the gate/up
- * pair, bit 2 single matrices; read at each launch; 0, the default: neither). */
-int kiln_cuda_gemv_mma(const kiln_cuda_matrix *m, const kiln_cuda_matrix *up, const void *xq, float *y,
-                       bool accumulate, cudaStream_t stream);
-bool kiln_cuda_gemv_mma_takes(kiln_type type, int k, bool swiglu);
-
 /* dst[t] = row tokens[t] of m dequantized to F32 (the embedding lookup); token ids read from device memory. */
 int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_tokens, int n_tokens, float *dst,
                        cudaStream_t stream);

@@ -324,32 +324,6 @@ static void test_gemv_head(void **state) {
     check_gemv_case(KILN_TYPE_Q8_0, false, false, 576, 49152);
 }
 
-/* The tensor-core form (gemv_mma.cu) of Q4_K and Q6_K rows, both launches (KILN_CUDA_GEMV_MMA=3): tiles past the
- * rows' end (301 rows, 301 gate/up pairs), one to eight warps a tile, steps past a warp's last (70 steps of 8960
- * inputs over 8 warps), the residual add; the weights streamed through shared memory; and the dp4a forms again. */
-static void test_gemv_mma(void **state) {
-    SKIP_WITHOUT_GPU();
-    const kiln_type types[] = {KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
-    for (int i = 0; i < 2; i++) {
-        setenv("KILN_CUDA_GEMV_MMA", "3", 1);
-        check_gemv(types[i], false, 256);
-        check_gemv(types[i], false, 1536);
-        check_gemv(types[i], true, 1536);
-        check_gemv(types[i], true, 4096);
-        check_gemv_case(types[i], false, true, 8960, 1536);
-        check_gemv_case(types[i], true, false, 1536, 8960);
-        setenv("KILN_CUDA_GEMV_MMA_FORM", "106", 1); /* the weights streamed through shared memory (Q4_K) */
-        check_gemv(types[i], false, 1536);
-        check_gemv(types[i], true, 4096);
-        check_gemv_case(types[i], false, true, 8960, 1536);
-        unsetenv("KILN_CUDA_GEMV_MMA_FORM");
-        setenv("KILN_CUDA_GEMV_MMA", "0", 1);
-        check_gemv(types[i], true, 1536);
-        check_gemv(types[i], true, 8448);
-    }
-    unsetenv("KILN_CUDA_GEMV_MMA");
-}
-
 /* Rows of n with a residual: each width takes one of the kernel's forms (a run of 4 values a thread up to 4096,
  * two runs, four). */
 static void check_rmsnorm(int n) {
@@ -947,7 +921,6 @@ int main(void) {
         TYPE_TEST(KILN_TYPE_Q6_K),
         cmocka_unit_test(test_gemv_mixed),
         cmocka_unit_test(test_gemv_head),
-        cmocka_unit_test(test_gemv_mma),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_gemv_qkv_rope),
