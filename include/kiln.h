@@ -33,7 +33,8 @@ typedef struct kiln_model kiln_model;
 
 /* Opens a GGUF file or a safetensors model folder (weights stay memory-mapped). */
 kiln_model *kiln_model_open(const char *path, char *err, size_t err_size);
-/* After its contexts are freed: contexts on one model share its weights (on a GPU, one upload for all of them). */
+/* Contexts on one model share its weights (on a GPU, one upload for all of them) and keep the model: it may be
+ * closed before them, and goes with the last. */
 void kiln_model_close(kiln_model *m);
 
 int kiln_model_n_vocab(const kiln_model *m);

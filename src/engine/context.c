@@ -55,6 +55,7 @@ kiln_context *kiln_context_new(kiln_model *m, const kiln_context_params *p, char
         kiln_error_export(&e, err, err_size);
         return NULL;
     }
+    kiln_model_retain(m);
     c->model = m;
     c->params = p ? *p : kiln_context_default_params();
     if (c->params.n_ctx <= 0) c->params.n_ctx = m->cfg.n_ctx_train < 4096 ? m->cfg.n_ctx_train : 4096;
@@ -78,6 +79,7 @@ void kiln_context_free(kiln_context *c) {
     else kiln_cpu_free(c->cpu);
     kiln_cuda_context_free(c->cuda);
     if (c->cuda_model) kiln_model_gpu_release(c->model);
+    kiln_model_release(c->model);
     free(c->tokens);
     free(c->logits);
     free(c);

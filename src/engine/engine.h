@@ -28,6 +28,10 @@ struct kiln_context {
     float *logits;         /* the last evaluated token's logits, n_vocab */
 };
 
+/* A reference to the model for a context or scheduler (kiln_model_open gives the first); the last release frees it. */
+void kiln_model_retain(kiln_model *m);
+void kiln_model_release(kiln_model *m);
+
 /* The model's weights on the GPU, uploaded by the first caller and shared with later ones (*out); each successful
  * acquire is paired with a release, and the last release frees them. */
 int kiln_model_gpu_acquire(kiln_model *m, kiln_cuda_model **out, kiln_error *err);

@@ -21,14 +21,12 @@ kiln_model *kiln_model_open(const char *path, char *err, size_t err_size) {
         kiln_error_export(&e, err, err_size);
         return NULL;
     }
+    m->users = 1;
     return m;
 }
 
-/* Contexts and schedulers come first (kiln.h); GPU weights one of them left behind go with the model. */
-void kiln_model_close(kiln_model *m) {
-    if (m && m->gpu) kiln_cuda_model_free(m->gpu);
-    kiln_model_free(m);
-}
+/* The opener's reference: contexts and schedulers still on the model keep it until they are freed. */
+void kiln_model_close(kiln_model *m) { kiln_model_release(m); }
 int kiln_model_n_vocab(const kiln_model *m) { return m->cfg.n_vocab; }
 int kiln_model_n_ctx_train(const kiln_model *m) { return m->cfg.n_ctx_train; }
 const char *kiln_model_arch(const kiln_model *m) { return m->cfg.arch->name; }

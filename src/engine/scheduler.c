@@ -367,13 +367,11 @@ kiln_sched *kiln_sched_new(kiln_model *m, const kiln_sched_params *p, kiln_error
         kiln_fail(err, "out of memory");
         return NULL;
     }
+    kiln_model_retain(m);
     s->model = m;
     s->p = p ? *p : kiln_sched_default_params();
     s->next_id = 1;
-    if (resolve_params(m, &s->p, err)) {
-        free(s);
-        return NULL;
-    }
+    if (resolve_params(m, &s->p, err)) goto fail;
     s->running = calloc((size_t)s->p.parallel, sizeof *s->running);
     s->work = calloc((size_t)s->p.parallel, sizeof *s->work);
     if (!s->running || !s->work) {
@@ -397,6 +395,7 @@ kiln_sched *kiln_sched_new(kiln_model *m, const kiln_sched_params *p, kiln_error
 fail:
     if (s->exec) s->exec->ops->free(s->exec);
     kiln_pool_free(s->sample_pool);
+    kiln_model_release(m);
     free(s->running);
     free(s->work);
     free(s);
@@ -426,6 +425,7 @@ void kiln_sched_free(kiln_sched *s) {
     kiln_pool_free(s->sample_pool);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
+    kiln_model_release(s->model);
     free(s->running);
     free(s->work);
     free(s);

@@ -134,9 +134,12 @@ typedef struct kiln_model {
     kiln_tokenizer *tok;
     bool add_bos; /* tokenizer.ggml.add_bos_token (default: true for SentencePiece vocabularies) */
     /* The weights on the GPU: uploaded for the first executor that runs there, shared by the later ones, freed with
-     * the last (engine/gpu_weights.c) */
+     * the last (engine/model_share.c) */
     struct kiln_cuda_model *gpu;
     int gpu_users;
+    /* References: the opener's and one per context or scheduler on the model; the last frees it
+     * (engine/model_share.c) */
+    int users;
 } kiln_model;
 
 /* Opens a GGUF file or safetensors folder and loads all of the above. */

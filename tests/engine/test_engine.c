@@ -121,6 +121,31 @@ static void test_greedy_max_tokens_and_prefix_reuse(void **state) {
     assert_string_equal(a.text, b.text);
 }
 
+/* A context keeps its model: closed first, the model stays until the context goes (run under ASan in CI). */
+static void test_model_closed_before_its_context(void **state) {
+    char path[1024], err[512];
+    assert_int_equal(kiln_test_model_path(path, sizeof path), 0);
+    kiln_model *m = kiln_model_open(path, err, sizeof err);
+    assert_non_null(m);
+    kiln_context_params p = kiln_context_default_params();
+    p.n_ctx = 64;
+    p.n_threads = 1;
+    fixture f = {m, kiln_context_new(m, &p, err, sizeof err)};
+    assert_non_null(f.c);
+    int32_t ids[64];
+    int n = tokenize(m, "def fibonacci(n):", ids, 64);
+    kiln_model_close(m);
+    kiln_generate_params gp = kiln_generate_default_params();
+    gp.sampling.temperature = 0;
+    gp.max_tokens = 4;
+    collected out;
+    kiln_generate_result res;
+    generate(&f, ids, n, &gp, &out, &res);
+    int32_t want[4] = {472, 585, 304, 1758}; /* test_greedy_max_tokens_and_prefix_reuse's first four */
+    assert_memory_equal(out.tokens, want, sizeof want);
+    kiln_context_free(f.c);
+}
+
 static void test_stop_string_ends_the_text_before_it(void **state) {
     fixture *f = *state;
     int32_t ids[64];
@@ -192,6 +217,7 @@ int main(void) {
         cmocka_unit_test(test_same_seed_same_text),
         cmocka_unit_test(test_context_overflow_is_an_error),
         cmocka_unit_test(test_context_memory_counts_weights_and_cache),
+        cmocka_unit_test(test_model_closed_before_its_context),
     };
     return cmocka_run_group_tests(unit, NULL, NULL) | cmocka_run_group_tests(model, setup, teardown);
 }

@@ -159,6 +159,28 @@ static void test_one_request_matches_generate(void **state) {
     kiln_sched_free(s);
 }
 
+/* A scheduler keeps its model: closed first, the model stays until the scheduler goes (run under ASan in CI). */
+static void test_model_closed_before_the_scheduler(void **state) {
+    fixture *f = *state;
+    char path[1024], err[512];
+    assert_int_equal(kiln_test_model_path(path, sizeof path), 0);
+    fixture own = {kiln_model_open(path, err, sizeof err), NULL};
+    assert_non_null(own.m);
+    int32_t ids[64], want[MAX_OUT];
+    int n = tokenize(f->m, "def fibonacci(n):", ids, 64);
+    kiln_generate_params gp = greedy(4);
+    int n_want = solo(f, ids, n, &gp, want);
+    kiln_sched *s = sched_new(&own, 1, 4);
+    kiln_model_close(own.m);
+    request r = {0};
+    assert_true(submit(s, ids, n, &gp, &r) > 0);
+    wait_done(&r);
+    assert_string_equal(r.err, "");
+    assert_int_equal(r.n_tokens, n_want);
+    assert_memory_equal(r.tokens, want, sizeof *want * (size_t)n_want);
+    kiln_sched_free(s);
+}
+
 static const char *PROMPTS[] = {
     "def fibonacci(n):",
     "The capital of France is",
@@ -293,6 +315,7 @@ static void test_full_queue_and_impossible_requests_fail_at_submit(void **state)
 
 int main(void) {
     const struct CMUnitTest model[] = {
+        cmocka_unit_test(test_model_closed_before_the_scheduler),
         cmocka_unit_test(test_one_request_matches_generate),
         cmocka_unit_test(test_concurrent_requests_match_their_solo_runs),
         cmocka_unit_test(test_shared_prefix_blocks_are_reused),
