@@ -23,7 +23,7 @@ __device__ __forceinline__ int64_t paged_row(const kiln_cuda_paged_args &a, int 
 __global__ void rope_store_paged_kernel(kiln_cuda_paged_args a, float *q, const float *k, const float *v,
                                         const float *bq, const float *bk, const float *bv, __half *k_cache,
                                         __half *v_cache, const int32_t *d_pos, const int32_t *d_slot) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     int head = blockIdx.x, t = blockIdx.y;
     int pos = d_pos[t], slot = d_slot[t];
     int64_t row = paged_row(a, slot / a.block_size, rope_kv_head(a, head), slot % a.block_size);
@@ -40,7 +40,7 @@ template <int HD>
 __global__ void __launch_bounds__(32 * PAGED_WARPS)
     attn_paged_split_kernel(kiln_cuda_paged_args a, const float *q, const __half *k_cache, const __half *v_cache,
                             const int32_t *d_pos, const int32_t *d_tables, const int32_t *d_table_off, float *part) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     constexpr int D = HD / 32;
     int head = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(32 * PAGED_WARPS)
  * 32 consecutive dims, one Q8_1 block). Only the slices the token's length gives are read. */
 __global__ void attn_paged_merge_kernel(kiln_cuda_paged_args a, const int32_t *d_pos, const float *part, float *out,
                                         int8_t *out_q, int n_tokens) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     int head = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int hd = a.head_dim;
     int n_pos = d_pos[t] + 1;

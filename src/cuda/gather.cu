@@ -3,7 +3,7 @@
 #include "cuda/kernels_batch.h"
 
 __global__ void gather_rows_kernel(const float *src, const int32_t *d_rows, int width, float *dst) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     const float *s = src + (int64_t)d_rows[blockIdx.x] * width;
     float *o = dst + (int64_t)blockIdx.x * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) o[i] = s[i];

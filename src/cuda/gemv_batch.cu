@@ -163,7 +163,7 @@ __device__ __forceinline__ float small_part(const kpart &p, const int xv[8], con
 template <class F, bool SWIGLU, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS)
     gemv_batch_mma_kernel(batch_job job, int n_parts, const void *xq, int n_vec) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     int n_groups = (n_vec + MMA_VEC - 1) / MMA_VEC;
     int group = blockIdx.x % n_groups, rb = blockIdx.x / n_groups;
     int mi = SWIGLU ? 0 : pick(job, rb);
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
             if (SWIGLU) prefetch_field<F>(up, f, g0, g1);
         }
     }
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     if (row >= n) return; /* the whole warp: it is one row */
     const int8_t *qs = (const int8_t *)xq;
     /* launched for exactly NV vectors, so the loops below know their count (with a run-time count, H100:
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
 template <kiln_type T, bool SWIGLU>
 __global__ void __launch_bounds__(32 * F_WARPS)
     gemv_batch_f_kernel(batch_job job, size_t row_bytes, int k, const float *x, int n_vec) {
-    pdl_wait_and_release();
+    pdl_release_and_wait();
     int n_groups = (n_vec + BATCH_GROUP - 1) / BATCH_GROUP;
     int group = blockIdx.x % n_groups, rb = blockIdx.x / n_groups;
     int mi = SWIGLU ? 0 : pick(job, rb);
