@@ -21,7 +21,7 @@ void kiln_model_release(kiln_model *m) {
     bool last = --m->users == 0;
     pthread_mutex_unlock(&share_lock);
     if (!last) return;
-    if (m->gpu) kiln_cuda_model_free(m->gpu); /* only if a context failed between acquire and release */
+    if (m->gpu) kiln_cuda_model_free(m->gpu); /* holders release their upload first; this frees one left behind */
     kiln_model_free(m);
 }
 
