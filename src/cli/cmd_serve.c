@@ -166,9 +166,10 @@ int cmd_serve(int argc, char **argv) {
     bool ipv6 = strchr(host, ':') != NULL;
     kiln_sched_info info;
     srv_info(s, &info);
-    fprintf(stderr, "kiln serve: on the %s: weights %.1f MiB, KV cache %.1f MiB (%d blocks of %d positions), workspace "
-            "%.1f MiB\n", info.device == KILN_DEVICE_CUDA ? "GPU" : "CPU", gen_mib(info.memory.weights),
-            gen_mib(info.memory.kv_cache), info.kv_blocks, info.kv_block_size, gen_mib(info.memory.workspace));
+    char extent[64], memory[160];
+    snprintf(extent, sizeof extent, "%d blocks of %d positions", info.kv_blocks, info.kv_block_size);
+    fprintf(stderr, "kiln serve: on the %s: %s\n", info.device == KILN_DEVICE_CUDA ? "GPU" : "CPU",
+            gen_memory_phrase(&info.memory, extent, memory, sizeof memory));
     fprintf(stderr, "kiln serve: %s on http://%s%s%s:%d (API key %s)\n", o.srv.model_id, ipv6 ? "[" : "", host,
             ipv6 ? "]" : "", srv_port(s), o.srv.api_key ? "required" : "not required");
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);

@@ -173,11 +173,17 @@ const char *gen_opts_where(const kiln_context *c, char *buf, size_t size) {
 
 double gen_mib(uint64_t bytes) { return (double)bytes / 1048576.0; }
 
+const char *gen_memory_phrase(const kiln_memory *mem, const char *kv_extent, char *buf, size_t size) {
+    snprintf(buf, size, "weights %.1f MiB, KV cache %.1f MiB (%s), workspace %.1f MiB", gen_mib(mem->weights),
+             gen_mib(mem->kv_cache), kv_extent, gen_mib(mem->workspace));
+    return buf;
+}
+
 const char *gen_opts_memory(const kiln_context *c, char *buf, size_t size) {
     kiln_memory mem = kiln_context_memory(c);
-    snprintf(buf, size, "weights %.1f MiB, KV cache %.1f MiB (%d positions), workspace %.1f MiB",
-             gen_mib(mem.weights), gen_mib(mem.kv_cache), kiln_context_n_ctx(c), gen_mib(mem.workspace));
-    return buf;
+    char extent[32];
+    snprintf(extent, sizeof extent, "%d positions", kiln_context_n_ctx(c));
+    return gen_memory_phrase(&mem, extent, buf, size);
 }
 
 void gen_opts_describe(const gen_opts *o, const kiln_context *c) {

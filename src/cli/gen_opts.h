@@ -34,6 +34,9 @@ const char *gen_opts_where(const kiln_context *c, char *buf, size_t size);
 
 double gen_mib(uint64_t bytes);
 
+/* "weights W MiB, KV cache K MiB (kv_extent), workspace S MiB" into buf. */
+const char *gen_memory_phrase(const kiln_memory *mem, const char *kv_extent, char *buf, size_t size);
+
 /* What a context holds on its device ("weights W MiB, KV cache K MiB (N positions), workspace S MiB") into buf. */
 const char *gen_opts_memory(const kiln_context *c, char *buf, size_t size);
 

@@ -20,9 +20,7 @@ void kiln_model_release(kiln_model *m) {
     pthread_mutex_lock(&share_lock);
     bool last = --m->users == 0;
     pthread_mutex_unlock(&share_lock);
-    if (!last) return;
-    if (m->gpu) kiln_cuda_model_free(m->gpu); /* holders release their upload first; this frees one left behind */
-    kiln_model_free(m);
+    if (last) kiln_model_free(m); /* every holder released its GPU upload before its reference */
 }
 
 int kiln_model_gpu_acquire(kiln_model *m, kiln_cuda_model **out, kiln_error *err) {
