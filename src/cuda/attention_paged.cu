@@ -1,7 +1,8 @@
 /* The attention of a batched step over a paged KV cache: each token of the step belongs to a sequence whose cache
  * rows sit in fixed-size blocks named by its block table. One launch stores every token's rotated K and its V into
- * its own slot; then split-K flash decoding runs per (head, token) over the positions that token sees, found
- * through its table, and a merge kernel combines the slices (and quantizes the result for the output projection).
+ * its own slot (where the Q/K/V GEMV does not in its epilogue: paged_rope.cuh); then split-K flash decoding runs
+ * per (head, token) over the positions that token sees, found through its table, and a merge kernel combines the
+ * slices (and quantizes the result for the output projection).
  *
  * Batch invariance: a token's slices depend only on how many positions it sees (never on the step's other tokens),
  * and the merge adds them in slice order, so its attention output is the same whoever shares the step.
@@ -11,13 +12,10 @@
 #include "cuda/attention_slice.cuh"
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels_batch.h"
+#include "cuda/paged_rope.cuh"
 #include "cuda/rope_head.cuh"
 
 #define PAGED_WARPS 4
-
-__device__ __forceinline__ int64_t paged_row(const kiln_cuda_paged_args &a, int block, int kvh, int row) {
-    return (((int64_t)block * a.n_head_kv + kvh) * a.block_size + row) * a.head_dim;
-}
 
 /* One block per (head, token), as rope.cu: bias, rotation, q scale, and the F16 stores of k and v at the slot. */
 __global__ void rope_store_paged_kernel(kiln_cuda_paged_args a, float *q, const float *k, const float *v,

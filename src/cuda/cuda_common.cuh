@@ -105,8 +105,9 @@ static inline int sm_count() {
  *   for the previous step's last). The decode step's GEMVs, norms, quantization, rope and attention do so: a
  *   GEMV's first wave is then resident, with its first weights asked for, while the small kernels before it run.
  *   So do the batched step's GEMVs, rope, attention and row gathering (its inputs come from the host before its
- *   first kernel; H200, bench_cuda_batch against waiting first: qwen2-1.5b one sequence 992-997 tok/s against
- *   978-985, 64 sequences 9,525-9,534 against 9,466-9,476, llama3-8b even).
+ *   first kernel, so the Q/K/V GEMV's rope stage reads the tokens' positions and slots before its wait; H200,
+ *   bench_cuda_batch against waiting first: qwen2-1.5b one sequence 992-997 tok/s against 978-985, 64 sequences
+ *   9,525-9,534 against 9,466-9,476, llama3-8b even).
  * KILN_CUDA_PDL=0 in the environment launches plainly (for comparisons and tools). */
 __device__ __forceinline__ void pdl_wait_and_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -115,11 +116,23 @@ __device__ __forceinline__ void pdl_wait_and_release() {
 #endif
 }
 
-__device__ __forceinline__ void pdl_release_and_wait() {
+/* pdl_release_and_wait in its two halves, for a kernel with work of its own between them (loads that may stall
+ * the thread, which before the release would hold back the next kernel's start). */
+__device__ __forceinline__ void pdl_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+__device__ __forceinline__ void pdl_release_and_wait() {
+    pdl_release();
+    pdl_wait();
 }
 
 /* Asks for [lo, hi) to be brought into L2, one bulk request (Hopper's copy engine; both ends rounded down to 16

@@ -262,16 +262,23 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
                            b->stream);
     const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
     float *ys[3] = {b->q, b->k, b->v};
-    mark(b, KILN_OP_QKV, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
-    if (kiln_cuda_gemv_batch_multi(ms, ys, 3, b->act_q, b->h, T, b->stream)) return -1;
     size_t layer_cache = block_bytes(cfg, b->block_size) / (size_t)cfg->n_layer * (size_t)b->n_blocks;
     uint8_t *kc = (uint8_t *)b->k_cache + (size_t)l * layer_cache;
     uint8_t *vc = (uint8_t *)b->v_cache + (size_t)l * layer_cache;
     kiln_cuda_paged_args pa = {cfg->n_head, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, b->block_size,
                                cfg->rope_style == KILN_ROPE_NEOX, 1.0f / sqrtf((float)cfg->head_dim),
                                b->cm->rope_freq};
-    mark(b, KILN_OP_ROPE, 0);
-    kiln_cuda_rope_store_paged(&pa, b->q, b->k, b->v, L->bq, L->bk, L->bv, kc, vc, d->pos, d->slot, T, b->stream);
+    mark(b, KILN_OP_QKV, mbytes(&L->wq) + mbytes(&L->wk) + mbytes(&L->wv));
+    if (kiln_cuda_gemv_batch_rope_fits(ms, &pa)) { /* the rope stage in the GEMV's blocks: one launch fewer */
+        if (kiln_cuda_gemv_batch_qkv_rope(ms, b->act_q, T, &pa, b->q, L->bq, L->bk, L->bv, kc, vc, d->pos, d->slot,
+                                          b->stream))
+            return -1;
+    } else {
+        if (kiln_cuda_gemv_batch_multi(ms, ys, 3, b->act_q, b->h, T, b->stream)) return -1;
+        mark(b, KILN_OP_ROPE, 0);
+        kiln_cuda_rope_store_paged(&pa, b->q, b->k, b->v, L->bq, L->bk, L->bv, kc, vc, d->pos, d->slot, T,
+                                   b->stream);
+    }
     const void *attn_q = q8_or_null(b, &L->wo);
     mark(b, KILN_OP_ATTENTION, 0);
     if (kiln_cuda_attention_paged(&pa, b->q, kc, vc, d->pos, d->tables, d->table_off, T, b->step_positions,

@@ -11,6 +11,7 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels_batch.h"
+#include "cuda/paged_rope.cuh"
 #include "cuda/quant_unpack.cuh"
 
 #define BATCH_GROUP 16 /* vectors per block of the float kernel */
@@ -159,11 +160,11 @@ __device__ __forceinline__ float small_part(const kpart &p, const int xv[8], con
 }
 
 /* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of MMA_VEC vectors. With SWIGLU,
- * w[0] is the gate and w[1] the up matrix, and y[0] receives silu(gate x) * (up x). */
+ * w[0] is the gate and w[1] the up matrix, and y[0] receives silu(gate x) * (up x). With rope.a.freq, the rope
+ * stage takes the results instead of y (paged_rope.cuh). */
 template <class F, bool SWIGLU, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS)
-    gemv_batch_mma_kernel(batch_job job, int n_parts, const void *xq, int n_vec) {
-    pdl_release_and_wait();
+    gemv_batch_mma_kernel(batch_job job, int n_parts, const void *xq, int n_vec, batch_rope rope) {
     int n_groups = (n_vec + MMA_VEC - 1) / MMA_VEC;
     int group = blockIdx.x % n_groups, rb = blockIdx.x / n_groups;
     int mi = SWIGLU ? 0 : pick(job, rb);
@@ -174,6 +175,12 @@ __global__ void __launch_bounds__(32 * WARPS)
     const qtensor up = job.w[1];
     int row0 = (rb - first) * MMA_ROWS, lane = threadIdx.x, warp = threadIdx.y, g = lane >> 2, c = lane & 3;
     int j0 = group * MMA_VEC, nv = min(MMA_VEC, n_vec - j0), n_tiles = (nv + 7) / 8;
+    bool roped = !SWIGLU && rope.a.freq;
+    int role = select3(mi, rope.role[0], rope.role[1], rope.role[2]);
+    __shared__ rope_block rs;
+    pdl_release();
+    if (roped) rope_block_prepare(rope, role, row0, MMA_ROWS / 2, j0, nv, rs);
+    pdl_wait();
     const int8_t *qs = (const int8_t *)xq;
     const __half2 *ds = (const __half2 *)(qs + (int64_t)n_vec * n_parts * 32);
     int blocks_per_row = n_parts / F::parts;
@@ -245,6 +252,7 @@ __global__ void __launch_bounds__(32 * WARPS)
                 if (SWIGLU) part[SWIGLU ? 1 : 0][warp][t][i][lane] += b[t][i];
             }
     __syncthreads();
+    __shared__ float vals[SWIGLU ? 1 : MMA_VEC * MMA_ROWS];
     for (int e = warp; e < MMA_TILES * 4; e += WARPS) {
         int t = e / 4, i = e % 4;
         int row = row0 + g + (i >= 2 ? 8 : 0), v = t * 8 + 2 * c + (i & 1);
@@ -256,8 +264,11 @@ __global__ void __launch_bounds__(32 * WARPS)
         }
         int64_t at = (int64_t)(j0 + v) * n + row;
         if (SWIGLU) y[at] = silu(va) * vb;
+        else if (roped) vals[v * MMA_ROWS + row - row0] = va;
         else store(y, at, va, job.accumulate);
     }
+    if (!roped) return;
+    rope_block_finish(rope, role, row0, MMA_ROWS / 2, j0, nv, vals, rs);
 }
 
 /* One or two vectors (a step of one or two sequences' decode tokens) take dp4a where each lane's share of a row is
@@ -341,7 +352,7 @@ __device__ __forceinline__ float small_value(const kpart &p, const int8_t *qs, c
 /* NV: the vectors (1 to 4), so that fewer vectors' values take fewer registers. */
 template <class F, bool SWIGLU, int WARPS, int SHARE, int NV>
 __global__ void __launch_bounds__(32 * SMALL_ROWS)
-    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, bool prefetch) {
+    gemv_batch_small_kernel(batch_job job, int n_parts, const void *xq, bool prefetch, batch_rope rope) {
     constexpr int LANES = 32 / WARPS, PAIRS = (SHARE + 1) / 2, AHEAD = small_ahead<NV>(), SLOTS = AHEAD + 1;
     int rb = blockIdx.x, mi = SWIGLU ? 0 : pick(job, rb);
     qtensor w = select3(mi, job.w[0], job.w[1], job.w[2]);
@@ -349,7 +360,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
     int n = select3(mi, job.n[0], job.n[1], job.n[2]);
     int first = select3(mi, job.first[0], job.first[1], job.first[2]);
     const qtensor up = job.w[1];
-    int lane = threadIdx.x, sub = lane % LANES, row = (rb - first) * SMALL_ROWS + threadIdx.y;
+    int lane = threadIdx.x, sub = lane % LANES, row0 = (rb - first) * SMALL_ROWS, row = row0 + threadIdx.y;
     int64_t base = (int64_t)min(row, n - 1) * (n_parts / F::parts);
     /* the lane's range [r0, r1) and its parts in it: u0, u0 + LANES, ... (count of them) */
     int per = (n_parts + WARPS - 1) / WARPS, r0 = min(n_parts, lane / LANES * per), r1 = min(n_parts, r0 + per);
@@ -367,8 +378,13 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
             if (SWIGLU) prefetch_field<F>(up, f, g0, g1);
         }
     }
-    pdl_release_and_wait();
-    if (row >= n) return; /* the whole warp: it is one row */
+    bool roped = !SWIGLU && rope.a.freq;
+    int role = select3(mi, rope.role[0], rope.role[1], rope.role[2]);
+    __shared__ rope_block rs;
+    pdl_release();
+    if (roped) rope_block_prepare(rope, role, row0, SMALL_ROWS / 2, 0, NV, rs);
+    pdl_wait();
+    if (row >= n) return; /* the whole warp: it is one row (never with the rope stage: whole blocks of rows) */
     const int8_t *qs = (const int8_t *)xq;
     /* launched for exactly NV vectors, so the loops below know their count (with a run-time count, H100:
      * qwen2-1.5b at one / two sequences 915-931 / 1,443-1,464 tok/s against 946-949 / 1,598-1,607, llama3-8b 373 /
@@ -419,6 +435,7 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
     }
     /* the ranges' sums as the mma kernel adds its warps': range k + HALF's and range k's, then those in order */
     constexpr int HALF = WARPS / 2;
+    __shared__ float vals[NV * SMALL_ROWS];
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         float pa = __shfl_down_sync(0xffffffffu, a[j], HALF * LANES) + a[j];
@@ -432,8 +449,11 @@ __global__ void __launch_bounds__(32 * SMALL_ROWS)
         if (lane != 0) continue;
         int64_t at = (int64_t)j * n + row;
         if (SWIGLU) y[at] = silu(sa) * sb;
+        else if (roped) vals[j * SMALL_ROWS + threadIdx.y] = sa;
         else store(y, at, sa, job.accumulate);
     }
+    if (!roped) return;
+    rope_block_finish(rope, role, row0, SMALL_ROWS / 2, 0, NV, vals, rs);
 }
 
 /* Float weights with F32 activations: one row per warp, eight weights per lane and step. */
@@ -481,11 +501,11 @@ __global__ void __launch_bounds__(32 * F_WARPS)
  * vectors (1 or 2, and 3 or 4 on shares of up to 4: small_batch). */
 template <class F, bool SWIGLU, int WARPS, int SHARE>
 static void launch_small_share(int row_blocks, cudaStream_t stream, const batch_job &job, int n_parts, const void *xq,
-                               int n_vec, bool prefetch) {
+                               int n_vec, bool prefetch, const batch_rope &rope) {
     dim3 block(32, SMALL_ROWS);
 #define GO(NV)                                                                                                         \
     launch_pdl(gemv_batch_small_kernel<F, SWIGLU, WARPS, SHARE, NV>, row_blocks, block, stream, job, n_parts, xq,      \
-               prefetch)
+               prefetch, rope)
     if (n_vec == 1) GO(1);
     else if constexpr (SHARE > SMALL_SHORT_SHARE) GO(2);
     else if (n_vec == 2) GO(2);
@@ -496,16 +516,19 @@ static void launch_small_share(int row_blocks, cudaStream_t stream, const batch_
 
 template <class F, bool SWIGLU, int WARPS>
 static void launch_small(int share, int row_blocks, cudaStream_t stream, const batch_job &job, int n_parts,
-                         const void *xq, int n_vec, bool prefetch) {
+                         const void *xq, int n_vec, bool prefetch, const batch_rope &rope) {
     if (share <= SMALL_SHORT_SHARE)
-        launch_small_share<F, SWIGLU, WARPS, SMALL_SHORT_SHARE>(row_blocks, stream, job, n_parts, xq, n_vec, prefetch);
-    else launch_small_share<F, SWIGLU, WARPS, SMALL_LONG_SHARE>(row_blocks, stream, job, n_parts, xq, n_vec, prefetch);
+        launch_small_share<F, SWIGLU, WARPS, SMALL_SHORT_SHARE>(row_blocks, stream, job, n_parts, xq, n_vec, prefetch,
+                                                                rope);
+    else
+        launch_small_share<F, SWIGLU, WARPS, SMALL_LONG_SHARE>(row_blocks, stream, job, n_parts, xq, n_vec, prefetch,
+                                                               rope);
 }
 
-/* ms[0..n_mats) share type and width (checked by the callers). */
+/* ms[0..n_mats) share type and width (checked by the callers); rope.a.freq: the quantized kernels' rope stage. */
 template <bool SWIGLU>
 static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
-                        const float *xf, int n_vec, bool accumulate, cudaStream_t stream) {
+                        const float *xf, int n_vec, bool accumulate, const batch_rope &rope, cudaStream_t stream) {
     const kiln_cuda_matrix *m0 = ms[0];
     bool quant = kiln_cuda_type_uses_q8_1(m0->type);
     int n_parts = m0->k / 32, mma_blocks = 0;
@@ -537,12 +560,15 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         for (int i = 0; i < n_mats; i++)                                                                               \
             job.w[i] = qtensor{(const uint8_t *)ms[i]->data, (int64_t)ms[i]->n * (n_parts / F::parts)};                \
         if (small && wide)                                                                                             \
-            launch_small<F, false, MMA_WARPS_WIDE>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch);      \
+            launch_small<F, false, MMA_WARPS_WIDE>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch, rope);\
         else if (small)                                                                                                \
-            launch_small<F, SWIGLU, MMA_WARPS>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch);          \
+            launch_small<F, SWIGLU, MMA_WARPS>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch, rope);    \
         else if (wide)                                                                                                 \
-            launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE>, grid, block, stream, job, n_parts, xq, n_vec); \
-        else launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS>, grid, block, stream, job, n_parts, xq, n_vec);   \
+            launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE>, grid, block, stream, job, n_parts, xq, n_vec,  \
+                       rope);                                                                                          \
+        else                                                                                                           \
+            launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS>, grid, block, stream, job, n_parts, xq, n_vec,      \
+                       rope);                                                                                          \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
@@ -559,7 +585,7 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
 extern "C" int kiln_cuda_gemv_batch(const kiln_cuda_matrix *m, const void *xq, const float *xf, int n_vec, float *y,
                                     bool accumulate, cudaStream_t stream) {
     if (!kiln_cuda_type_supported(m->type, m->k) || n_vec < 1) return -1;
-    return launch_batch<false>(&m, &y, 1, xq, xf, n_vec, accumulate, stream);
+    return launch_batch<false>(&m, &y, 1, xq, xf, n_vec, accumulate, batch_rope{}, stream);
 }
 
 /* Whether ms[i..j) share type and row layout (one launch can take them). */
@@ -582,20 +608,52 @@ static bool same_shape(const kiln_cuda_matrix *const *ms, int i, int j) {
     return true;
 }
 
-extern "C" int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats,
-                                          const void *xq, const float *xf, int n_vec, cudaStream_t stream) {
+/* Matrices ms[0..n_mats) over the same vectors, the rope stage (rope.a.freq) taking matrix m's results as
+ * role m's. */
+static int launch_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
+                        const float *xf, int n_vec, batch_rope rope, cudaStream_t stream) {
     if (n_mats < 1 || n_mats > BATCH_MAX_MATS || n_vec < 1) return -1;
     for (int i = 0; i < n_mats; i++)
         if (!kiln_cuda_type_supported(ms[i]->type, ms[i]->k)) return -1;
-    if (same_kind(ms, 0, n_mats)) return launch_batch<false>(ms, ys, n_mats, xq, xf, n_vec, false, stream);
+    if (same_kind(ms, 0, n_mats)) return launch_batch<false>(ms, ys, n_mats, xq, xf, n_vec, false, rope, stream);
     /* otherwise (V in another type than Q and K in the K-quant mixes) runs of one kind in one launch each where
      * that keeps every matrix's block shape (wide_blocks), else one launch a matrix: the launch sets the sums'
      * order, and which matrices share it depends on the model and the GPU alone */
     for (int i = 0, j; i < n_mats; i = j) {
         for (j = i + 1; j < n_mats && same_kind(ms, i, j + 1) && same_shape(ms, i, j + 1); j++) {}
-        if (launch_batch<false>(ms + i, ys + i, j - i, xq, xf, n_vec, false, stream)) return -1;
+        for (int m = i; m < j; m++) rope.role[m - i] = m;
+        if (launch_batch<false>(ms + i, ys + i, j - i, xq, xf, n_vec, false, rope, stream)) return -1;
     }
     return 0;
+}
+
+extern "C" int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats,
+                                          const void *xq, const float *xf, int n_vec, cudaStream_t stream) {
+    return launch_multi(ms, ys, n_mats, xq, xf, n_vec, batch_rope{}, stream);
+}
+
+static_assert(MMA_ROWS / 2 <= ROPE_BLOCK_PAIRS && MMA_VEC <= ROPE_BLOCK_TOKENS, "a block's rope stage");
+static_assert(SMALL_ROWS / 2 <= ROPE_BLOCK_PAIRS && SMALL_MAX_VEC <= ROPE_BLOCK_TOKENS, "a block's rope stage");
+
+/* The epilogue needs the quantized kernels (the float one has none) and blocks of whole rotation pairs: row blocks
+ * of 16 rows (8 in the small kernel) that heads of even dims never straddle, pairs of neighbouring dims. */
+extern "C" bool kiln_cuda_gemv_batch_rope_fits(const kiln_cuda_matrix *const *ms, const kiln_cuda_paged_args *a) {
+    static int allowed = -1;
+    if (!switch_on("KILN_CUDA_BATCH_ROPE", &allowed) || !a->freq || a->neox || a->head_dim % 2 || a->rope_dim % 2)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (!kiln_cuda_type_uses_q8_1(ms[i]->type) || ms[i]->n % MMA_ROWS) return false;
+    return true;
+}
+
+extern "C" int kiln_cuda_gemv_batch_qkv_rope(const kiln_cuda_matrix *const *ms, const void *xq, int n_vec,
+                                             const kiln_cuda_paged_args *a, float *q, const float *bq,
+                                             const float *bk, const float *bv, void *k_cache, void *v_cache,
+                                             const int32_t *d_pos, const int32_t *d_slot, cudaStream_t stream) {
+    if (!kiln_cuda_gemv_batch_rope_fits(ms, a)) return -1;
+    batch_rope rope = {*a, {bq, bk, bv}, {0, 1, 2}, q, (__half *)k_cache, (__half *)v_cache, d_pos, d_slot};
+    float *ys[3] = {q, q, q}; /* not written: the rope stage takes the results */
+    return launch_multi(ms, ys, 3, xq, nullptr, n_vec, rope, stream);
 }
 
 extern "C" int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
@@ -604,5 +662,5 @@ extern "C" int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const k
     if (!kiln_cuda_type_supported(gate->type, gate->k) || n_vec < 1) return -1;
     const kiln_cuda_matrix *ms[2] = {gate, up};
     float *ys[2] = {y, y};
-    return launch_batch<true>(ms, ys, 2, xq, xf, n_vec, false, stream);
+    return launch_batch<true>(ms, ys, 2, xq, xf, n_vec, false, batch_rope{}, stream);
 }

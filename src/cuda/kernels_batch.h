@@ -36,6 +36,17 @@ void kiln_cuda_rope_store_paged(const kiln_cuda_paged_args *a, float *q, const f
                                 const float *bq, const float *bk, const float *bv, void *k_cache, void *v_cache,
                                 const int32_t *d_pos, const int32_t *d_slot, int n_tokens, cudaStream_t stream);
 
+/* Q/K/V (ms[0..3), heights n_head and n_head_kv times head_dim) of n_vec tokens with kiln_cuda_rope_store_paged's
+ * work done by the GEMV blocks themselves (paged_rope.cuh): q rotated and scaled into q, k and v into their slots;
+ * no F32 k and v, no launch of its own. Only where kiln_cuda_gemv_batch_rope_fits says (else -1). */
+int kiln_cuda_gemv_batch_qkv_rope(const kiln_cuda_matrix *const *ms, const void *xq, int n_vec,
+                                  const kiln_cuda_paged_args *a, float *q, const float *bq, const float *bk,
+                                  const float *bv, void *k_cache, void *v_cache, const int32_t *d_pos,
+                                  const int32_t *d_slot, cudaStream_t stream);
+/* Whether kiln_cuda_gemv_batch_qkv_rope takes these: quantized matrices of heights in multiples of 16, rotation
+ * pairs of neighbouring dims (not a.neox); KILN_CUDA_BATCH_ROPE=0 never (read once, for comparisons). */
+bool kiln_cuda_gemv_batch_rope_fits(const kiln_cuda_matrix *const *ms, const kiln_cuda_paged_args *a);
+
 /* Attention of n_tokens tokens, token t seeing positions 0..d_pos[t] through its block table d_tables +
  * d_table_off[t]: split-K flash decoding in slices of KILN_CUDA_DECODE_MIN_CHUNK positions or more (up to
  * KILN_CUDA_DECODE_SPLITS, chosen from the token's own length), then a merge into out [n_tokens][n_head * head_dim]

@@ -251,6 +251,95 @@ static void test_rope_store_paged(void **state) {
     check_rope_store(true);
 }
 
+/* Q/K/V with the rope stage in the GEMV's blocks against the GEMVs followed by kiln_cuda_rope_store_paged: q within
+ * float rounding, the cache within a half's; then tokens alone and four together (the small kernel) give the bits
+ * they had among 70 (the mma kernel). Heads of 64 dims: 4 q heads (blocks of 16 warps: fewer row blocks than SMs)
+ * or 40 (8 warps); all three matrices in one launch, or V (Q6_K) in its own. */
+static void check_qkv_rope(const kiln_type types[3], int n_head, int rope_dim) {
+    enum { T = 70, ALONE = 66, FEW = 4 };
+    const int n_head_kv = 2, hd = 64, k = 256, n_blocks = 8;
+    const int ns[3] = {n_head * hd, n_head_kv * hd, n_head_kv * hd};
+    size_t cache_n = (size_t)n_blocks * n_head_kv * BS * hd, cache_bytes = sizeof(kiln_half) * cache_n;
+    kiln_cuda_matrix m[3];
+    const kiln_cuda_matrix *ms[3] = {&m[0], &m[1], &m[2]};
+    float *dys[3], *bias[3], *dbias[3], freq[32];
+    for (int i = 0; i < 3; i++) {
+        float *deq;
+        uint8_t *w = random_rows(types[i], k, ns[i], &deq);
+        m[i] = (kiln_cuda_matrix){upload_matrix(types[i], w, k, ns[i]), types[i], k, ns[i], kiln_row_size(types[i], k)};
+        dys[i] = gpu_alloc(sizeof(float) * ns[i] * T);
+        bias[i] = malloc(sizeof(float) * ns[i]);
+        rng_fill(bias[i], ns[i], 0.5f);
+        dbias[i] = gpu_upload(bias[i], sizeof(float) * ns[i]);
+        free(w), free(deq), free(bias[i]);
+    }
+    for (int i = 0; i < rope_dim / 2; i++) freq[i] = powf(10000.0f, -2.0f * i / rope_dim);
+    int32_t pos[T], slot[T];
+    for (int t = 0; t < T; t++) pos[t] = (t * 37) % 500, slot[t] = (t * 53) % (n_blocks * BS); /* distinct slots */
+    int32_t *dpos = gpu_upload(pos, sizeof pos), *dslot = gpu_upload(slot, sizeof slot);
+    kiln_cuda_paged_args a = {n_head, n_head_kv, hd, rope_dim, BS, false, 0.125f, gpu_upload(freq, sizeof freq)};
+    assert_true(kiln_cuda_gemv_batch_rope_fits(ms, &a));
+    batch_input in = make_input(true, k, T);
+    void *caches[4];
+    for (int i = 0; i < 4; i++) CUDA_OK(cudaMemset(caches[i] = gpu_alloc(cache_bytes), 0, cache_bytes));
+    assert_int_equal(kiln_cuda_gemv_batch_multi(ms, dys, 3, in.dq, in.dx, T, 0), 0);
+    kiln_cuda_rope_store_paged(&a, dys[0], dys[1], dys[2], dbias[0], dbias[1], dbias[2], caches[0], caches[1], dpos,
+                               dslot, T, 0);
+    float *ref_q = download(dys[0], (size_t)T * ns[0]), *dq = gpu_alloc(sizeof(float) * T * ns[0]);
+    assert_int_equal(kiln_cuda_gemv_batch_qkv_rope(ms, in.dq, T, &a, dq, dbias[0], dbias[1], dbias[2], caches[2],
+                                                   caches[3], dpos, dslot, 0), 0);
+    float *q = download(dq, (size_t)T * ns[0]);
+    size_t n_q = (size_t)T * ns[0];
+    double *refd = malloc(sizeof(double) * (n_q > cache_n ? n_q : cache_n));
+    for (size_t i = 0; i < n_q; i++) refd[i] = ref_q[i];
+    double eq = rel_err(q, refd, n_q), ec[2];
+    kiln_half *hc[4];
+    float *fc = malloc(sizeof(float) * cache_n);
+    for (int i = 0; i < 4; i++) {
+        hc[i] = malloc(cache_bytes);
+        CUDA_OK(cudaMemcpy(hc[i], caches[i], cache_bytes, cudaMemcpyDeviceToHost));
+    }
+    for (int c = 0; c < 2; c++) { /* every row, the ones no token writes zero on both sides */
+        for (size_t i = 0; i < cache_n; i++)
+            refd[i] = kiln_half_to_float(hc[c][i]), fc[i] = kiln_half_to_float(hc[2 + c][i]);
+        ec[c] = rel_err(fc, refd, cache_n);
+    }
+    fprintf(stderr, "gemv_batch_qkv_rope %s/%s, %d q heads, rope %d: q rel err %.2e, k %.2e, v %.2e\n",
+            kiln_type_name(types[0]), kiln_type_name(types[2]), n_head, rope_dim, eq, ec[0], ec[1]);
+    assert_true(eq < 1e-6 && ec[0] < 1e-3 && ec[1] < 1e-3);
+
+    void *one_q8 = gpu_alloc(Q8_1_BYTES((size_t)k * FEW));
+    float *dq1 = gpu_alloc(sizeof(float) * FEW * ns[0]);
+    for (int few = 1; few <= FEW; few += FEW - 1) {
+        kiln_cuda_quantize_q8_1(in.dx + (size_t)ALONE * k, one_q8, k, few, 0);
+        assert_int_equal(kiln_cuda_gemv_batch_qkv_rope(ms, one_q8, few, &a, dq1, dbias[0], dbias[1], dbias[2],
+                                                       caches[0], caches[1], dpos + ALONE, dslot + ALONE, 0), 0);
+        float *q1 = download(dq1, (size_t)few * ns[0]);
+        assert_memory_equal(q1, q + (size_t)ALONE * ns[0], sizeof(float) * few * ns[0]);
+        for (int c = 0; c < 2; c++) {
+            CUDA_OK(cudaMemcpy(hc[c], caches[c], cache_bytes, cudaMemcpyDeviceToHost));
+            for (int t = ALONE; t < ALONE + few; t++)
+                for (int h = 0; h < n_head_kv; h++) {
+                    size_t at = paged_index(n_head_kv, hd, slot[t] / BS, h, slot[t] % BS, 0);
+                    assert_memory_equal(hc[c] + at, hc[2 + c] + at, sizeof(kiln_half) * hd);
+                }
+        }
+        free(q1);
+    }
+    for (int i = 0; i < 4; i++) free(hc[i]);
+    free(ref_q), free(q), free(refd), free(fc), free(in.x), free(in.xs);
+    gpu_free_all();
+}
+
+static void test_gemv_batch_qkv_rope(void **state) {
+    SKIP_WITHOUT_GPU();
+    const kiln_type same[3] = {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q4_K};
+    const kiln_type mixed[3] = {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    check_qkv_rope(same, 4, 64);
+    check_qkv_rope(mixed, 4, 48);
+    check_qkv_rope(mixed, 40, 64);
+}
+
 /* Tokens of lengths 1 (one slice) to 1100 (all slices, longer than 32 positions each) through shuffled block
  * tables, against double softmax attention; then the longest token alone gives the same bits. */
 static void check_attention(int hd) {
@@ -357,6 +446,7 @@ int main(void) {
         cmocka_unit_test(test_gemv_batch_swiglu),
         cmocka_unit_test(test_gemv_batch_multi),
         cmocka_unit_test(test_rope_store_paged),
+        cmocka_unit_test(test_gemv_batch_qkv_rope),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_gather_rows),
     };
