@@ -9,6 +9,8 @@
  *
  * Cache layout per layer: [block][kv head][position in block][head_dim] halves, so a block's rows for one head are
  * one contiguous run. */
+#include <stdlib.h>
+
 #include "cuda/attention_slice.cuh"
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels_batch.h"
@@ -33,27 +35,33 @@ __global__ void rope_store_paged_kernel(kiln_cuda_paged_args a, float *q, const 
  * round trips where a position at a time cost two a position (its row's table entry, then its rows). */
 #define PAGED_AHEAD 8
 
-/* part per (token, head, slice): max, sum, then head_dim accumulators. */
-template <int HD>
+/* part per (token, head, slice): max, sum, then head_dim accumulators. A block takes G heads of one K/V head (grid
+ * x: n_head / G), so each K/V row it loads serves G heads; a head's operations are the same whatever G (the same
+ * positions a warp, rounds, reductions and order), so G changes no bit of the result, only how often a row is
+ * loaded and how many blocks there are (paged_heads_a_block). */
+template <int HD, int G>
 __global__ void __launch_bounds__(32 * PAGED_WARPS)
     attn_paged_split_kernel(kiln_cuda_paged_args a, const float *q, const __half *k_cache, const __half *v_cache,
                             const int32_t *d_pos, const int32_t *d_tables, const int32_t *d_table_off, float *part) {
     pdl_release_and_wait();
     constexpr int D = HD / 32;
-    int head = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+    int head0 = blockIdx.x * G, split = blockIdx.y, t = blockIdx.z;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int n_pos = d_pos[t] + 1;
     int chunk = max(KILN_CUDA_DECODE_MIN_CHUNK, (n_pos + KILN_CUDA_DECODE_SPLITS - 1) / KILN_CUDA_DECODE_SPLITS);
     int begin = split * chunk, end = min(n_pos, begin + chunk);
     if (begin >= end) return; /* a slice past this token's length: the merge does not read it */
-    int kvh = head / (a.n_head / a.n_head_kv);
+    int kvh = head0 / (a.n_head / a.n_head_kv);
     const int32_t *table = d_tables + d_table_off[t];
-    const float *qh = q + ((int64_t)t * a.n_head + head) * HD;
 
-    float qr[D], acc[D];
+    float qr[G][D], acc[G][D], m[G], l[G];
 #pragma unroll
-    for (int d = 0; d < D; d++) qr[d] = qh[lane * D + d], acc[d] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
+    for (int g = 0; g < G; g++) {
+        const float *qh = q + ((int64_t)t * a.n_head + head0 + g) * HD;
+#pragma unroll
+        for (int d = 0; d < D; d++) qr[g][d] = qh[lane * D + d], acc[g][d] = 0.0f;
+        m[g] = -INFINITY, l[g] = 0.0f;
+    }
     for (int p0 = begin + warp; p0 < end; p0 += PAGED_WARPS * PAGED_AHEAD) {
         int blk[PAGED_AHEAD];
 #pragma unroll
@@ -69,32 +77,38 @@ __global__ void __launch_bounds__(32 * PAGED_WARPS)
             int64_t row = paged_row(a, blk[i], kvh, p % a.block_size) + lane * D;
             kf[i] = load_halves<D>(k_cache + row), vf[i] = load_halves<D>(v_cache + row);
         }
-        float s[PAGED_AHEAD], mx = m;
 #pragma unroll
-        for (int i = 0; i < PAGED_AHEAD; i++) {
-            float v = 0.0f;
+        for (int g = 0; g < G; g++) {
+            float s[PAGED_AHEAD], mx = m[g];
 #pragma unroll
-            for (int d = 0; d < D; d++) v += qr[d] * half_at<D>(kf[i], d);
-            s[i] = warp_sum(v);
-            if (p0 + i * PAGED_WARPS < end) mx = fmaxf(mx, s[i]);
+            for (int i = 0; i < PAGED_AHEAD; i++) {
+                float v = 0.0f;
+#pragma unroll
+                for (int d = 0; d < D; d++) v += qr[g][d] * half_at<D>(kf[i], d);
+                s[i] = warp_sum(v);
+                if (p0 + i * PAGED_WARPS < end) mx = fmaxf(mx, s[i]);
+            }
+            float corr = expf(m[g] - mx); /* 0 on the first round (m = -inf) */
+            l[g] *= corr;
+#pragma unroll
+            for (int d = 0; d < D; d++) acc[g][d] *= corr;
+#pragma unroll
+            for (int i = 0; i < PAGED_AHEAD; i++) {
+                if (p0 + i * PAGED_WARPS >= end) continue;
+                float w = expf(s[i] - mx);
+                l[g] += w;
+#pragma unroll
+                for (int d = 0; d < D; d++) acc[g][d] += w * half_at<D>(vf[i], d);
+            }
+            m[g] = mx;
         }
-        float corr = expf(m - mx); /* 0 on the first round (m = -inf) */
-        l *= corr;
-#pragma unroll
-        for (int d = 0; d < D; d++) acc[d] *= corr;
-#pragma unroll
-        for (int i = 0; i < PAGED_AHEAD; i++) {
-            if (p0 + i * PAGED_WARPS >= end) continue;
-            float w = expf(s[i] - mx);
-            l += w;
-#pragma unroll
-            for (int d = 0; d < D; d++) acc[d] += w * half_at<D>(vf[i], d);
-        }
-        m = mx;
     }
-
-    float *out = part + (((int64_t)t * a.n_head + head) * KILN_CUDA_DECODE_SPLITS + split) * (HD + 2);
-    write_slice<HD, PAGED_WARPS>(m, l, acc, out);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (g) sync_warps<PAGED_WARPS>(); /* the previous head's results read before the next are shared */
+        float *out = part + (((int64_t)t * a.n_head + head0 + g) * KILN_CUDA_DECODE_SPLITS + split) * (HD + 2);
+        write_slice<HD, PAGED_WARPS>(m[g], l[g], acc[g], out);
+    }
 }
 
 /* One block per (head, token), a thread per dim; with out_q the merged row is also quantized to Q8_1 (a warp holds
@@ -131,6 +145,49 @@ extern "C" void kiln_cuda_rope_store_paged(const kiln_cuda_paged_args *a, float 
                (__half *)v_cache, d_pos, d_slot);
 }
 
+/* The (head_dim, heads a block) pairs built: a K/V head's query heads together where their accumulators fit a
+ * lane's registers (G * head_dim / 32 <= 32), every head_dim alone. */
+#define PAGED_GROUPS(X)                                                                                                \
+    X(64, 1) X(128, 1) X(256, 1) X(64, 2) X(64, 3) X(64, 4) X(64, 6) X(64, 7) X(64, 8) X(128, 2) X(128, 3) X(128, 4)  \
+        X(128, 6) X(128, 7) X(128, 8) X(256, 2) X(256, 3) X(256, 4)
+
+static bool paged_group_built(int head_dim, int g) {
+    switch (head_dim * 16 + g) {
+#define X(HD, G)                                                                                                       \
+    case HD * 16 + G: return true;
+        PAGED_GROUPS(X)
+#undef X
+    default: return false;
+    }
+}
+
+/* Query heads a block of the split kernel takes: all of a K/V head's (where that form is built) when the launch
+ * then still has PAGED_GROUP_BLOCKS_AN_SM blocks an SM, else one: fewer, longer blocks lose while they leave SMs
+ * idle (H200, bench_cuda_batch, generated tok/s, always grouped against never: qwen2-1.5b at 1 / 2 / 8 / 64
+ * sequences 844-855 / 1,424-1,442 / 3,668-3,695 / 10,474-10,522 against 980-981 / 1,581-1,584 / 3,749-3,750 /
+ * 10,086-10,111, llama3-8b 402-404 / 634-635 / 1,264 / 3,026-3,027 against 428-429 / 655-656 / 1,260 / 2,917-2,918;
+ * with this rule, against never: qwen2-1.5b even up to 32 sequences, 10,572-10,582 against 10,184-10,212 at 64;
+ * llama3-8b even up to 8, 1,902-1,904 / 2,524-2,525 / 3,029-3,030 against 1,871-1,878 / 2,444-2,457 / 2,919 at
+ * 16 / 32 / 64).
+ * KILN_CUDA_ATTN_GROUP=0 / 1: never / always (read once, for comparisons; kiln_cuda_attention_paged_group sets
+ * it too). The bits are the same either way. */
+#define PAGED_GROUP_BLOCKS_AN_SM 4
+
+static int group_mode = -2; /* -1: by the rule above, 0 never, 1 always; -2: the environment not read yet */
+
+extern "C" void kiln_cuda_attention_paged_group(int mode) { group_mode = mode; }
+
+static int paged_heads_a_block(const kiln_cuda_paged_args *a, int splits, int n_tokens) {
+    if (group_mode == -2) {
+        const char *e = getenv("KILN_CUDA_ATTN_GROUP");
+        group_mode = e && *e ? atoi(e) != 0 : -1;
+    }
+    int g = a->n_head / a->n_head_kv;
+    if (g == 1 || !paged_group_built(a->head_dim, g) || group_mode == 0) return 1;
+    int64_t blocks = (int64_t)a->n_head_kv * splits * n_tokens;
+    return group_mode == 1 || blocks >= (int64_t)PAGED_GROUP_BLOCKS_AN_SM * sm_count() ? g : 1;
+}
+
 extern "C" int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, const void *k_cache,
                                          const void *v_cache, const int32_t *d_pos, const int32_t *d_tables,
                                          const int32_t *d_table_off, int n_tokens, int max_n_pos, float *part,
@@ -140,14 +197,15 @@ extern "C" int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const fl
      * still leave at once, but a grid of every possible slice was mostly such blocks at short contexts */
     int splits = div_up(max_n_pos, KILN_CUDA_DECODE_MIN_CHUNK);
     splits = splits < 1 ? 1 : splits > KILN_CUDA_DECODE_SPLITS ? KILN_CUDA_DECODE_SPLITS : splits;
-    dim3 grid(a->n_head, splits, n_tokens);
-    switch (a->head_dim) {
-#define X(HD)                                                                                                          \
-    case HD:                                                                                                           \
-        launch_pdl(attn_paged_split_kernel<HD>, grid, 32 * PAGED_WARPS, stream, *a, q, kc, vc, d_pos, d_tables,        \
+    int g = paged_heads_a_block(a, splits, n_tokens);
+    dim3 grid(a->n_head / g, splits, n_tokens);
+    switch (a->head_dim * 16 + g) {
+#define X(HD, G)                                                                                                       \
+    case HD * 16 + G:                                                                                                  \
+        launch_pdl(attn_paged_split_kernel<HD, G>, grid, 32 * PAGED_WARPS, stream, *a, q, kc, vc, d_pos, d_tables,     \
                    d_table_off, part);                                                                                 \
         break;
-        X(64) X(128) X(256)
+        PAGED_GROUPS(X)
 #undef X
     default: return -1;
     }

@@ -341,7 +341,8 @@ static void test_gemv_batch_qkv_rope(void **state) {
 }
 
 /* Tokens of lengths 1 (one slice) to 1100 (all slices, longer than 32 positions each) through shuffled block
- * tables, against double softmax attention; then the longest token alone gives the same bits. */
+ * tables, against double softmax attention, blocks taking a K/V head's query heads together; then token 1 alone,
+ * a block a head, gives the same bits. */
 static void check_attention(int hd) {
     enum { T = 5 };
     const int n_head = 8, n_head_kv = 2, n_blocks = 160;
@@ -395,6 +396,7 @@ static void check_attention(int hd) {
     int32_t *dtab = gpu_upload(tables, sizeof(int32_t) * n_tab), *doff = gpu_upload(off, sizeof off);
     int32_t *dpos = gpu_upload(pos, sizeof pos);
     kiln_cuda_paged_args a = {n_head, n_head_kv, hd, hd, BS, false, 1.0f, NULL};
+    kiln_cuda_attention_paged_group(1); /* the batch's blocks take a K/V head's 4 query heads, token 1 alone 1 */
     assert_int_equal(kiln_cuda_attention_paged(&a, dq, dkc, dvc, dpos, dtab, doff, T, 1100, part, dout, dout_q, 0), 0);
     float *out = download(dout, (size_t)T * qd);
     double e = rel_err(out, ref, (size_t)T * qd);
@@ -411,9 +413,11 @@ static void check_attention(int hd) {
     assert_true(eq < 2e-2);
 
     float *dout1 = gpu_alloc(sizeof(float) * qd);
-    /* token 1 alone, in a grid of its own 2 slices where the batch's had 32: the same bits */
+    /* token 1 alone, in a grid of its own 2 slices where the batch's had 32, a block a head: the same bits */
+    kiln_cuda_attention_paged_group(0);
     assert_int_equal(kiln_cuda_attention_paged(&a, dq + qd, dkc, dvc, dpos + 1, dtab, doff + 1, 1, n_pos[1], part,
                                                dout1, NULL, 0), 0);
+    kiln_cuda_attention_paged_group(-1);
     float *out1 = download(dout1, qd);
     assert_memory_equal(out1, out + qd, sizeof(float) * qd);
     free(kc), free(vc), free(q), free(ref), free(s), free(out), free(oq), free(back), free(outd), free(out1);
