@@ -162,17 +162,15 @@ static bool paged_group_built(int head_dim, int g) {
 }
 
 /* Query heads a block of the split kernel takes: all of a K/V head's (where that form is built) when the launch
- * then still has PAGED_GROUP_BLOCKS_AN_SM blocks an SM, else one: fewer, longer blocks lose while they leave SMs
- * idle (H200, bench_cuda_batch, generated tok/s, always grouped against never: qwen2-1.5b at 1 / 2 / 8 / 64
- * sequences 844-855 / 1,424-1,442 / 3,668-3,695 / 10,474-10,522 against 980-981 / 1,581-1,584 / 3,749-3,750 /
- * 10,086-10,111, llama3-8b 402-404 / 634-635 / 1,264 / 3,026-3,027 against 428-429 / 655-656 / 1,260 / 2,917-2,918;
- * with this rule, against never: qwen2-1.5b even up to 32 sequences, 10,572-10,582 against 10,184-10,212 at 64;
- * llama3-8b even up to 8, 1,902-1,904 / 2,524-2,525 / 3,029-3,030 against 1,871-1,878 / 2,444-2,457 / 2,919 at
- * 16 / 32 / 64).
+ * then still has 2.5 blocks an SM, else one: fewer, longer blocks lose while they leave SMs idle. H200,
+ * bench_cuda_batch, generated tok/s, always grouped against never: qwen2-1.5b (2 K/V heads, 8 slices) at 1 / 2 / 8 /
+ * 16 / 24 / 32 / 48 / 64 sequences 844-855 / 1,424-1,442 / 3,668-3,695 / 6,083-6,085 / 7,541-7,572 / 8,485-8,530 /
+ * 9,753-9,789 / 10,474-10,522 against 980-981 / 1,581-1,584 / 3,749-3,750 / 6,095-6,107 / 7,431-7,453 /
+ * 8,366-8,370 / 9,507 / 10,086-10,111; llama3-8b (8 K/V heads) at 1 / 2 / 4 / 8 / 12 / 64 402-404 / 634-635 /
+ * 806 / 1,261-1,264 / 1,486-1,489 / 3,026-3,027 against 428-429 / 655-656 / 809-811 / 1,258-1,260 / 1,478 /
+ * 2,917-2,918: the crossing is near 300-380 blocks.
  * KILN_CUDA_ATTN_GROUP=0 / 1: never / always (read once, for comparisons; kiln_cuda_attention_paged_group sets
  * it too). The bits are the same either way. */
-#define PAGED_GROUP_BLOCKS_AN_SM 4
-
 static int group_mode = -2; /* -1: by the rule above, 0 never, 1 always; -2: the environment not read yet */
 
 extern "C" void kiln_cuda_attention_paged_group(int mode) { group_mode = mode; }
@@ -185,7 +183,7 @@ static int paged_heads_a_block(const kiln_cuda_paged_args *a, int splits, int n_
     int g = a->n_head / a->n_head_kv;
     if (g == 1 || !paged_group_built(a->head_dim, g) || group_mode == 0) return 1;
     int64_t blocks = (int64_t)a->n_head_kv * splits * n_tokens;
-    return group_mode == 1 || blocks >= (int64_t)PAGED_GROUP_BLOCKS_AN_SM * sm_count() ? g : 1;
+    return group_mode == 1 || 2 * blocks >= 5 * (int64_t)sm_count() ? g : 1;
 }
 
 extern "C" int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, const void *k_cache,
