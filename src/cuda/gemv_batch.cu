@@ -159,6 +159,27 @@ __device__ __forceinline__ float small_part(const kpart &p, const int xv[8], con
     return part_value<F>(p.d, p.m, fs, ft);
 }
 
+/* Where a part's B operands come from: word c of the group's first vector's values and the low half of its
+ * (scale, sum) pair, and the distances to the next vector's, in 32-bit offsets (one multiply-add a load). */
+struct b_source {
+    const int *x;
+    const __half *d;
+    int x_stride, d_stride;
+};
+
+/* A tile's B operands: the words of vector t * 8 + g and the scales of this lane's result columns t * 8 + 2c and
+ * the next. Past the group's last vector the loads repeat it (always in bounds; those columns are not stored). */
+struct b_operands {
+    int x0, x1;
+    float dx0, dx1;
+};
+
+__device__ __forceinline__ b_operands load_b(const b_source &s, int t, int g, int c, int last) {
+    int xo = min(t * 8 + g, last) * s.x_stride;
+    int v0 = min(t * 8 + 2 * c, last), v1 = min(t * 8 + 2 * c + 1, last);
+    return {s.x[xo], s.x[xo + 4], __half2float(s.d[v0 * s.d_stride]), __half2float(s.d[v1 * s.d_stride])};
+}
+
 /* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of MMA_VEC vectors. With SWIGLU,
  * w[0] is the gate and w[1] the up matrix, and y[0] receives silu(gate x) * (up x). With rope.a.freq, the rope
  * stage takes the results instead of y (paged_rope.cuh). */
@@ -194,7 +215,11 @@ __global__ void __launch_bounds__(32 * WARPS)
         for (int i = 0; i < 4; i++) a[t][i] = b[t][i] = 0.0f;
     int per_warp = (n_parts + WARPS - 1) / WARPS;
     int u_end = min(n_parts, (warp + 1) * per_warp);
+    int last = nv - 1;
     for (int u = warp * per_warp; u < u_end; u++) {
+        b_source src = {(const int *)qs + ((int64_t)j0 * n_parts + u) * 8 + c,
+                        (const __half *)(ds + (int64_t)j0 * n_parts + u), n_parts * 8, n_parts * 2};
+        b_operands nb = load_b(src, 0, g, c, last); /* its loads go out with the weights' */
         kpart lo, hi, ulo, uhi;
         unpack_part<F>(w, base_lo + u / F::parts, u % F::parts, lo);
         unpack_part<F>(w, base_hi + u / F::parts, u % F::parts, hi);
@@ -207,28 +232,22 @@ __global__ void __launch_bounds__(32 * WARPS)
 #pragma unroll
         for (int t = 0; t < MMA_TILES; t++) {
             if (t >= n_tiles) break;
-            int x0 = 0, x1 = 0; /* B: vector t * 8 + g, values 4c.. of each half */
-            if (t * 8 + g < nv) {
-                const int *xv = (const int *)(qs + ((int64_t)(j0 + t * 8 + g) * n_parts + u) * 32);
-                x0 = xv[c], x1 = xv[4 + c];
-            }
-            int v0 = t * 8 + 2 * c; /* the columns of this lane's results: v0, v0 + 1 */
-            float dx0 = v0 < nv ? __low2float(ds[(int64_t)(j0 + v0) * n_parts + u]) : 0.0f;
-            float dx1 = v0 + 1 < nv ? __low2float(ds[(int64_t)(j0 + v0 + 1) * n_parts + u]) : 0.0f;
+            b_operands cb = nb; /* the next tile's loads go out before this one's products */
+            if (t + 1 < MMA_TILES) nb = load_b(src, t + 1, g, c, last);
             float tk[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
             if (F::has_min) {
                 int t0[4], t1[4];
-                mma_s8<false>(t0, ONES, ONES, x0);
+                mma_s8<false>(t0, ONES, ONES, cb.x0);
                 if (one_scale<F>::value) {
-                    mma_s8<true>(t0, ONES, ONES, x1);
+                    mma_s8<true>(t0, ONES, ONES, cb.x1);
                 } else {
-                    mma_s8<false>(t1, ONES, ONES, x1);
+                    mma_s8<false>(t1, ONES, ONES, cb.x1);
                     tk[1][0] = i2f(t1[0]), tk[1][1] = i2f(t1[1]);
                 }
                 tk[0][0] = i2f(t0[0]), tk[0][1] = i2f(t0[1]);
             }
-            mma_part<F>(a[t], lo, hi, wa, x0, x1, tk, dx0, dx1);
-            if (SWIGLU) mma_part<F>(b[t], ulo, uhi, ua, x0, x1, tk, dx0, dx1);
+            mma_part<F>(a[t], lo, hi, wa, cb.x0, cb.x1, tk, cb.dx0, cb.dx1);
+            if (SWIGLU) mma_part<F>(b[t], ulo, uhi, ua, cb.x0, cb.x1, tk, cb.dx0, cb.dx1);
         }
     }
     /* the warps' partial sums: the upper half's go to the lower half, then the lower half's add in warp order */
