@@ -147,13 +147,7 @@ __device__ __forceinline__ void stage_kv(const __half *kb, const __half *vb, int
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(kd), "l"(kb + at), "r"(in ? 16 : 0));
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(vd), "l"(vb + at), "r"(in ? 16 : 0));
     }
-    asm volatile("cp.async.commit_group;");
-}
-
-/* Waits until at most N of this thread's cp.async groups are still in flight. */
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+    cp_async_commit();
 }
 
 /* S = Q K^T over the staged chunk: s[j] holds positions 8 j .. 8 j + 7 (C fragments). One ldmatrix_x4 gives the B

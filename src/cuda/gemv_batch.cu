@@ -69,6 +69,20 @@ static bool switch_on(const char *name, int *cache) {
     return *cache;
 }
 
+/* The 8-warp mma forms stage each part's activations in shared memory (b_stage) from this many tiles of 8 vectors
+ * in a launch's first group (fewer tiles' work does not cover the copies' round trip; the 16-warp forms would need
+ * twice the space and never do). KILN_CUDA_BATCH_STAGE_TILES sets another (1: always, 9: never; read once, for
+ * comparisons). The choice changes no result's operations. */
+#define STAGE_TILES 4
+static int stage_tiles(void) {
+    static int tiles = -1;
+    if (tiles < 0) {
+        const char *e = getenv("KILN_CUDA_BATCH_STAGE_TILES");
+        tiles = e && atoi(e) > 0 ? atoi(e) : STAGE_TILES;
+    }
+    return tiles;
+}
+
 static bool wide_blocks(int row_blocks) {
     static int allowed = -1;
     return switch_on("KILN_CUDA_BATCH_WIDE", &allowed) && row_blocks < sm_count();
@@ -181,12 +195,109 @@ __device__ __forceinline__ b_operands load_b(const b_source &s, int t, int g, in
     return {s.x[xo], s.x[xo + 4], __half2float(s.d[v0 * s.d_stride]), __half2float(s.d[v1 * s.d_stride])};
 }
 
+/* A warp's copy of one part's activations for its group's vectors (the 8-warp blocks), filled by cp.async while
+ * the warp works on the part before: the values of vector v with their two 16-byte halves swapped when bit 2 of v
+ * is set, so that a tile's 32 lanes read 32 different banks, and the (scale, sum) pairs. */
+struct b_stage {
+    int x[MMA_VEC][8];
+    __half2 d[MMA_VEC];
+};
+
+/* Starts the copies of part u's activations for the group's first n (a multiple of 8) vectors into st; vectors past
+ * the last take its values (those columns are not stored). */
+__device__ __forceinline__ void stage_b(b_stage &st, const int8_t *qs, const __half2 *ds, int64_t j0, int n_parts,
+                                        int u, int n, int last, int lane) {
+    for (int k = lane; k < 2 * n; k += 32) {
+        int v = k >> 1, h = k & 1;
+        cp_async16(&st.x[v][(h ^ ((v >> 2) & 1)) * 4], qs + ((j0 + min(v, last)) * n_parts + u) * 32 + h * 16);
+    }
+    for (int v = lane; v < n; v += 32) cp_async4(&st.d[v], ds + (j0 + min(v, last)) * n_parts + u);
+    cp_async_commit();
+}
+
+__device__ __forceinline__ b_operands load_b(const b_stage &st, int t, int g, int c) {
+    int v = t * 8 + g, sw = (g >> 2) & 1;
+    return {st.x[v][sw * 4 + c], st.x[v][(sw ^ 1) * 4 + c], __low2float(st.d[t * 8 + 2 * c]),
+            __low2float(st.d[t * 8 + 2 * c + 1])};
+}
+
+/* The weights a warp's parts come from: the matrix (and with SWIGLU the up matrix) and the first blocks of the rows
+ * of its lower (g) and upper (g + 8) A fragment halves. */
+struct mma_rows {
+    qtensor w, up;
+    int64_t base_lo, base_hi;
+};
+
+/* The activations of a block's group of vectors: Q8_1 values and (scale, sum) pairs of the step, the group's first
+ * vector and count, and this warp's two stages. */
+struct b_group {
+    const int8_t *qs;
+    const __half2 *ds;
+    int64_t j0;
+    int n_parts, nv;
+    b_stage *stages;
+};
+
+/* acc (and with SWIGLU up_acc) += parts [u0, u_end) of the rows against the group's vectors, part after part, the
+ * activations from the warp's stages (STAGE: part u + 1's copies out while u is worked on) or from global memory. */
+template <class F, bool SWIGLU, bool STAGE>
+__device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, int u0, int u_end,
+                                          float (&acc)[MMA_TILES][4], float (&up_acc)[MMA_TILES][4]) {
+    int lane = threadIdx.x, g = lane >> 2, c = lane & 3, last = bg.nv - 1, n_tiles = (bg.nv + 7) / 8;
+    if (STAGE && u0 < u_end) stage_b(bg.stages[0], bg.qs, bg.ds, bg.j0, bg.n_parts, u0, n_tiles * 8, last, lane);
+    for (int u = u0; u < u_end; u++) {
+        const b_stage &st = bg.stages[(u - u0) & 1];
+        if (STAGE) { /* the next part's copies go out, this one's are waited for */
+            if (u + 1 < u_end) {
+                stage_b(bg.stages[(u + 1 - u0) & 1], bg.qs, bg.ds, bg.j0, bg.n_parts, u + 1, n_tiles * 8, last, lane);
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncwarp();
+        }
+        b_source src = {(const int *)bg.qs + (bg.j0 * bg.n_parts + u) * 8 + c,
+                        (const __half *)(bg.ds + bg.j0 * bg.n_parts + u), bg.n_parts * 8, bg.n_parts * 2};
+        b_operands nb = STAGE ? load_b(st, 0, g, c) : load_b(src, 0, g, c, last);
+        kpart lo, hi, ulo, uhi;
+        unpack_part<F>(r.w, r.base_lo + u / F::parts, u % F::parts, lo);
+        unpack_part<F>(r.w, r.base_hi + u / F::parts, u % F::parts, hi);
+        mma_a wa = a_words(lo, hi, c), ua = {0, 0, 0, 0};
+        if (SWIGLU) {
+            unpack_part<F>(r.up, r.base_lo + u / F::parts, u % F::parts, ulo);
+            unpack_part<F>(r.up, r.base_hi + u / F::parts, u % F::parts, uhi);
+            ua = a_words(ulo, uhi, c);
+        }
+#pragma unroll
+        for (int t = 0; t < MMA_TILES; t++) {
+            if (t >= n_tiles) break;
+            b_operands cb = nb; /* the next tile's loads go out before this one's products */
+            if (t + 1 < MMA_TILES) nb = STAGE ? load_b(st, t + 1, g, c) : load_b(src, t + 1, g, c, last);
+            float tk[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+            if (F::has_min) {
+                int t0[4], t1[4];
+                mma_s8<false>(t0, ONES, ONES, cb.x0);
+                if (one_scale<F>::value) {
+                    mma_s8<true>(t0, ONES, ONES, cb.x1);
+                } else {
+                    mma_s8<false>(t1, ONES, ONES, cb.x1);
+                    tk[1][0] = i2f(t1[0]), tk[1][1] = i2f(t1[1]);
+                }
+                tk[0][0] = i2f(t0[0]), tk[0][1] = i2f(t0[1]);
+            }
+            mma_part<F>(acc[t], lo, hi, wa, cb.x0, cb.x1, tk, cb.dx0, cb.dx1);
+            if (SWIGLU) mma_part<F>(up_acc[t], ulo, uhi, ua, cb.x0, cb.x1, tk, cb.dx0, cb.dx1);
+        }
+        if (STAGE) __syncwarp(); /* every lane has read st before the copies of part u + 2 go into it */
+    }
+}
+
 /* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of MMA_VEC vectors. With SWIGLU,
  * w[0] is the gate and w[1] the up matrix, and y[0] receives silu(gate x) * (up x). With rope.a.freq, the rope
  * stage takes the results instead of y (paged_rope.cuh). With SWIGLU at most 128 registers, so two blocks
  * fit an SM: Q2_K's form took 153 once the next tile's loads went out early (it spills 36 bytes instead). */
-template <class F, bool SWIGLU, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS, SWIGLU ? 2 : 1)
+template <class F, bool SWIGLU, int WARPS, bool STAGE>
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_batch_mma_kernel(batch_job job, int n_parts, const void *xq, int n_vec, batch_rope rope) {
     int n_groups = (n_vec + MMA_VEC - 1) / MMA_VEC;
     int group = blockIdx.x % n_groups, rb = blockIdx.x / n_groups;
@@ -197,7 +308,7 @@ __global__ void __launch_bounds__(32 * WARPS, SWIGLU ? 2 : 1)
     int first = select3(mi, job.first[0], job.first[1], job.first[2]);
     const qtensor up = job.w[1];
     int row0 = (rb - first) * MMA_ROWS, lane = threadIdx.x, warp = threadIdx.y, g = lane >> 2, c = lane & 3;
-    int j0 = group * MMA_VEC, nv = min(MMA_VEC, n_vec - j0), n_tiles = (nv + 7) / 8;
+    int j0 = group * MMA_VEC, nv = min(MMA_VEC, n_vec - j0);
     bool roped = !SWIGLU && rope.a.freq;
     int role = select3(mi, rope.role[0], rope.role[1], rope.role[2]);
     __shared__ rope_block rs;
@@ -216,45 +327,18 @@ __global__ void __launch_bounds__(32 * WARPS, SWIGLU ? 2 : 1)
 #pragma unroll
         for (int i = 0; i < 4; i++) a[t][i] = b[t][i] = 0.0f;
     int per_warp = (n_parts + WARPS - 1) / WARPS;
-    int u_end = min(n_parts, (warp + 1) * per_warp);
-    int last = nv - 1;
-    for (int u = warp * per_warp; u < u_end; u++) {
-        b_source src = {(const int *)qs + ((int64_t)j0 * n_parts + u) * 8 + c,
-                        (const __half *)(ds + (int64_t)j0 * n_parts + u), n_parts * 8, n_parts * 2};
-        b_operands nb = load_b(src, 0, g, c, last); /* its loads go out with the weights' */
-        kpart lo, hi, ulo, uhi;
-        unpack_part<F>(w, base_lo + u / F::parts, u % F::parts, lo);
-        unpack_part<F>(w, base_hi + u / F::parts, u % F::parts, hi);
-        mma_a wa = a_words(lo, hi, c), ua = {0, 0, 0, 0};
-        if (SWIGLU) {
-            unpack_part<F>(up, base_lo + u / F::parts, u % F::parts, ulo);
-            unpack_part<F>(up, base_hi + u / F::parts, u % F::parts, uhi);
-            ua = a_words(ulo, uhi, c);
-        }
-#pragma unroll
-        for (int t = 0; t < MMA_TILES; t++) {
-            if (t >= n_tiles) break;
-            b_operands cb = nb; /* the next tile's loads go out before this one's products */
-            if (t + 1 < MMA_TILES) nb = load_b(src, t + 1, g, c, last);
-            float tk[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-            if (F::has_min) {
-                int t0[4], t1[4];
-                mma_s8<false>(t0, ONES, ONES, cb.x0);
-                if (one_scale<F>::value) {
-                    mma_s8<true>(t0, ONES, ONES, cb.x1);
-                } else {
-                    mma_s8<false>(t1, ONES, ONES, cb.x1);
-                    tk[1][0] = i2f(t1[0]), tk[1][1] = i2f(t1[1]);
-                }
-                tk[0][0] = i2f(t0[0]), tk[0][1] = i2f(t0[1]);
-            }
-            mma_part<F>(a[t], lo, hi, wa, cb.x0, cb.x1, tk, cb.dx0, cb.dx1);
-            if (SWIGLU) mma_part<F>(b[t], ulo, uhi, ua, cb.x0, cb.x1, tk, cb.dx0, cb.dx1);
-        }
-    }
-    /* the warps' partial sums: the upper half's go to the lower half, then the lower half's add in warp order */
+    int u0 = warp * per_warp, u_end = min(n_parts, (warp + 1) * per_warp);
+    /* with STAGE the warps' stages take the partial sums' space before the sums */
     constexpr int HALF = WARPS / 2;
-    __shared__ float part[SWIGLU ? 2 : 1][HALF][MMA_TILES][4][32];
+    constexpr int PART_BYTES = (SWIGLU ? 2 : 1) * HALF * MMA_TILES * 4 * 32 * (int)sizeof(float);
+    constexpr int STAGE_BYTES = STAGE ? WARPS * 2 * (int)sizeof(b_stage) : 0;
+    __shared__ __align__(16) unsigned char smem[PART_BYTES > STAGE_BYTES ? PART_BYTES : STAGE_BYTES];
+    mma_rows rows = {w, up, base_lo, base_hi};
+    b_group grp = {qs, ds, j0, n_parts, nv, (b_stage *)smem + 2 * warp};
+    mma_range<F, SWIGLU, STAGE>(rows, grp, u0, u_end, a, b);
+    /* the warps' partial sums: the upper half's go to the lower half, then the lower half's add in warp order */
+    if (STAGE) __syncthreads(); /* no warp still reads its stages, which the sums overwrite */
+    float(*part)[HALF][MMA_TILES][4][32] = (float(*)[HALF][MMA_TILES][4][32])smem;
     if (warp >= HALF)
 #pragma unroll
         for (int t = 0; t < MMA_TILES; t++)
@@ -585,11 +669,14 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         else if (small)                                                                                                \
             launch_small<F, SWIGLU, MMA_WARPS>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch, rope);    \
         else if (wide)                                                                                                 \
-            launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE>, grid, block, stream, job, n_parts, xq, n_vec,  \
+            launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE, false>, grid, block, stream, job, n_parts, xq,  \
+                       n_vec, rope);                                                                                   \
+        else if (n_vec >= stage_tiles() * 8)                                                                           \
+            launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS, true>, grid, block, stream, job, n_parts, xq, n_vec, \
                        rope);                                                                                          \
         else                                                                                                           \
-            launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS>, grid, block, stream, job, n_parts, xq, n_vec,      \
-                       rope);                                                                                          \
+            launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS, false>, grid, block, stream, job, n_parts, xq,       \
+                       n_vec, rope);                                                                                   \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
