@@ -4,7 +4,7 @@
 # may come packed as pkg.tar.xz; models/: test models, smollm2.gguf.vocab: the default model's tokenizer alone, a GGUF named so that the model test does not take it).
 # tests/cuda/pack_for_device.sh makes that folder from a CUDA build.
 # Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [initcheck-model] [gemv]
-#        [attention] [launch] [ncu]
+#        [attention] [launch] [ncu] [batch-ncu]
 #        [model] [synth] [kiln] [debug] [default] [decode MODEL...] [batch] [memcheck-batch] [batch-bench MODEL...]
 #        [batch-profile MODEL...] [price MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
@@ -42,6 +42,13 @@ while [ $# -gt 0 ]; do
             --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
             "$bin/bench_cuda_gemv" > "$out/ncu.txt" 2>&1
         grep -E "gemv_q_kernel|Throughput|Duration|Warp Cycles|Stall|Occupancy|Registers|L1/TEX Hit|Mem Busy|Max Bandwidth|Issued" "$out/ncu.txt" | head -60 ;;
+    batch-ncu) # the batched step's Q4_K gate/up mma GEMV at 64 vectors (a decode step's launch, eager): stall
+        # reasons a issued instruction, warp instructions by pipe, registers (needs the synth stage's llama3-8b file)
+        m="regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,regex:smsp__inst_executed_pipe_[a-z]*\.sum$"
+        KILN_CUDA_BATCH_GRAPH=0 ncu --kernel-name-base demangled --kernel-name regex:"gemv_batch_mma_kernel<q4_K_t, .bool.1" \
+            --launch-skip 100 --launch-count 1 --metrics "$m,smsp__inst_executed.sum,gpu__time_duration.sum,launch__registers_per_thread" \
+            "$bin/bench_cuda_batch" /tmp/llama3-8b.gguf 16 4 64 > "$out/batch-ncu.txt" 2>&1
+        grep -E "gemv_batch_mma|stalled|inst_executed|duration|registers" "$out/batch-ncu.txt" | grep -vE " 0(\.00)?$" ;;
     model) export KILN_CUDA_TEST_MODELS="$(ls "$devrun"/models/*.gguf | tr '\n' ' ')"; run "$bin/cuda_model" ;;
     synth) # random Q4_K_M files at the reference shapes, made here (the generator's gguf package travels in .devrun/py)
         for shape in qwen2-1.5b llama3-8b; do
