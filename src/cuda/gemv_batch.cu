@@ -294,8 +294,9 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
 
 /* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of MMA_VEC vectors. With SWIGLU,
  * w[0] is the gate and w[1] the up matrix, and y[0] receives silu(gate x) * (up x). With rope.a.freq, the rope
- * stage takes the results instead of y (paged_rope.cuh). With SWIGLU at most 128 registers, so two blocks
- * fit an SM: Q2_K's form took 153 once the next tile's loads went out early (it spills 36 bytes instead). */
+ * stage takes the results instead of y (paged_rope.cuh). At most 128 registers, so two 8-warp blocks (or one of
+ * 16) fit an SM: unbounded, Q2_K's SwiGLU form took 153 once the next tile's loads went out early and some direct
+ * forms 131-142 (bounded, Q2_K's SwiGLU forms spill 28-48 bytes, Q5_K's staged one 12). */
 template <class F, bool SWIGLU, int WARPS, bool STAGE>
 __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_batch_mma_kernel(batch_job job, int n_parts, const void *xq, int n_vec, batch_rope rope) {
