@@ -62,7 +62,8 @@ static float *download(const float *d, size_t n) {
 }
 
 /* y = W x_j for 83 vectors (a full group of 64 and a partial one, its last tile partial too), against the double
- * reference, then vector j alone and vectors j.. j + 3 together, two to four (the small kernel): the same bits.
+ * reference, then vector j alone and vectors j.. j + 3 together, two to four (the small kernel), and twelve (the mma
+ * kernel loading its activations directly, where 83 stage them in shared memory): the same bits.
  * n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8); k inputs: 512, 4096
  * (each warp's parts span two K-quant blocks; the small kernel's lanes 4 parts each), 8192 or 14336 (its lanes
  * 8 to 14 parts each, the long form). */
@@ -91,7 +92,9 @@ static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
             kiln_type_name(type), n, n_vec, e);
     assert_true(e < 1e-5);
 
-    for (int few = 1; few <= 4; few++) { /* up to four vectors take the small kernel where their rows allow */
+    const int counts[] = {1, 2, 3, 4, 12}; /* up to four vectors take the small kernel where their rows allow */
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        int few = counts[i];
         batch_input one = {NULL, NULL, in.dx + (size_t)alone * k, gpu_alloc(Q8_1_BYTES((size_t)k * few))};
         if (quantized) kiln_cuda_quantize_q8_1(one.dx, one.dq, k, few, 0);
         float *dy1 = gpu_alloc(sizeof(float) * n * few);
