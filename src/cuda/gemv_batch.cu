@@ -229,7 +229,7 @@ struct mma_rows {
 };
 
 /* The activations of a block's group of vectors: Q8_1 values and (scale, sum) pairs of the step, the group's first
- * vector and count, and this warp's two stages. */
+ * vector and count, and this warp's two stages (NULL in the forms that do not stage). */
 struct b_group {
     const int8_t *qs;
     const __half2 *ds;
@@ -246,7 +246,7 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
     int lane = threadIdx.x, g = lane >> 2, c = lane & 3, last = bg.nv - 1, n_tiles = (bg.nv + 7) / 8;
     if (STAGE && u0 < u_end) stage_b(bg.stages[0], bg.qs, bg.ds, bg.j0, bg.n_parts, u0, n_tiles * 8, last, lane);
     for (int u = u0; u < u_end; u++) {
-        const b_stage &st = bg.stages[(u - u0) & 1];
+        const b_stage *st = STAGE ? bg.stages + ((u - u0) & 1) : nullptr;
         if (STAGE) { /* the next part's copies go out, this one's are waited for */
             if (u + 1 < u_end) {
                 stage_b(bg.stages[(u + 1 - u0) & 1], bg.qs, bg.ds, bg.j0, bg.n_parts, u + 1, n_tiles * 8, last, lane);
@@ -258,7 +258,7 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
         }
         b_source src = {(const int *)bg.qs + (bg.j0 * bg.n_parts + u) * 8 + c,
                         (const __half *)(bg.ds + bg.j0 * bg.n_parts + u), bg.n_parts * 8, bg.n_parts * 2};
-        b_operands nb = STAGE ? load_b(st, 0, g, c) : load_b(src, 0, g, c, last);
+        b_operands nb = STAGE ? load_b(*st, 0, g, c) : load_b(src, 0, g, c, last);
         kpart lo, hi, ulo, uhi;
         unpack_part<F>(r.w, r.base_lo + u / F::parts, u % F::parts, lo);
         unpack_part<F>(r.w, r.base_hi + u / F::parts, u % F::parts, hi);
@@ -272,7 +272,7 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
         for (int t = 0; t < MMA_TILES; t++) {
             if (t >= n_tiles) break;
             b_operands cb = nb; /* the next tile's loads go out before this one's products */
-            if (t + 1 < MMA_TILES) nb = STAGE ? load_b(st, t + 1, g, c) : load_b(src, t + 1, g, c, last);
+            if (t + 1 < MMA_TILES) nb = STAGE ? load_b(*st, t + 1, g, c) : load_b(src, t + 1, g, c, last);
             float tk[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
             if (F::has_min) {
                 int t0[4], t1[4];
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     constexpr int STAGE_BYTES = STAGE ? WARPS * 2 * (int)sizeof(b_stage) : 0;
     __shared__ __align__(16) unsigned char smem[PART_BYTES > STAGE_BYTES ? PART_BYTES : STAGE_BYTES];
     mma_rows rows = {w, up, base_lo, base_hi};
-    b_group grp = {qs, ds, j0, n_parts, nv, (b_stage *)smem + 2 * warp};
+    b_group grp = {qs, ds, j0, n_parts, nv, STAGE ? (b_stage *)smem + 2 * warp : nullptr};
     mma_range<F, SWIGLU, STAGE>(rows, grp, u0, u_end, a, b);
     /* the warps' partial sums: the upper half's go to the lower half, then the lower half's add in warp order */
     if (STAGE) __syncthreads(); /* no warp still reads its stages, which the sums overwrite */
