@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/kernels_batch.h"
 #include "format/gguf.h"
 #include "model/model.h"
 
@@ -96,7 +97,7 @@ static int profile_steps(kiln_cuda_batch *b, run *r, int per_block, kiln_error *
 static int bench_m(kiln_cuda_model *cm, const kiln_config *cfg, int M, int n_prompt, int n_gen) {
     int n_ctx = n_prompt + n_gen, per_block = (n_ctx + BLOCK - 1) / BLOCK;
     kiln_cuda_batch_params bp = {BLOCK, n_ctx, PREFILL_TOKENS > M ? PREFILL_TOKENS : M, M, M * per_block,
-                                 M * per_block};
+                                 M * per_block, false}; /* half mode: KILN_CUDA_BATCH_HALF=1 */
     kiln_error err = {{0}};
     kiln_cuda_batch *b = NULL;
     run r = {M, n_prompt, n_gen, cfg->n_vocab, malloc(sizeof(int32_t) * (size_t)M * n_ctx),
@@ -158,7 +159,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", argv[1], err.msg);
         return 1;
     }
-    printf("%s: %d prompt + %d generated tokens a sequence\n", argv[1], n_prompt, n_gen);
+    printf("%s: %d prompt + %d generated tokens a sequence%s\n", argv[1], n_prompt, n_gen,
+           kiln_cuda_batch_half() ? " (half mode)" : "");
     int rc = 0;
     for (int i = 0; i < n_m && !rc; i++) rc = bench_m(cm, &cfg, ms[i], n_prompt, n_gen);
     kiln_cuda_model_free(cm);

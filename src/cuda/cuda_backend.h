@@ -108,6 +108,9 @@ typedef struct kiln_cuda_batch_params {
     int max_tokens;             /* tokens per step at most */
     int max_seqs;               /* sequences per step at most */
     int max_blocks, min_blocks; /* KV blocks: as many as fit in free memory up to max_blocks; fails under min_blocks */
+    bool half;                  /* turns on half mode for the process (kiln_cuda_batch_half: F16 activations and
+                                 * tensor-core products for quantized weights; more tokens a second from about 16
+                                 * sequences and for prompts, fewer for one to four) */
 } kiln_cuda_batch_params;
 
 typedef struct kiln_cuda_seq {

@@ -171,15 +171,23 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
+/* launch_pdl with shared_bytes of dynamic shared memory a block (past 48 KB, the kernel must have been allowed it:
+ * cudaFuncAttributeMaxDynamicSharedMemorySize). */
 template <typename... Params, typename... Args>
-static inline void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+static inline void launch_pdl_shared(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                                     cudaStream_t stream, Args... args) {
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = stream;
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = shared_bytes, cfg.stream = stream;
     cfg.attrs = &attr, cfg.numAttrs = pdl_enabled() ? 1 : 0;
     cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+template <typename... Params, typename... Args>
+static inline void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+    launch_pdl_shared(kernel, grid, block, 0, stream, args...);
 }
 
 #endif

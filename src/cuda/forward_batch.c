@@ -91,7 +91,7 @@ static cudaError_t alloc_buffers(kiln_cuda_batch *b) {
         {(void **)&b->ff2, sizeof(float) * T * cfg->n_ff},
         {(void **)&b->logits, sizeof(float) * (size_t)b->max_seqs * cfg->n_vocab},
         {(void **)&b->part, sizeof(float) * T * cfg->n_head * KILN_CUDA_DECODE_SPLITS * (cfg->head_dim + 2)},
-        {&b->act_q, T * widest / 32 * Q8_1_BYTES},
+        {&b->act_q, T * widest * 2}, /* F16 in half mode, more than Q8_1's 36 bytes a 32 */
         {&b->top_scratch, kiln_cuda_top_k_scratch_bytes(cfg->n_vocab, b->max_seqs, KILN_CUDA_TOP_K_MAX)},
         {(void **)&b->d_best, sizeof(int32_t) * BATCH_BEST_INTS(b)},
     };
@@ -145,6 +145,7 @@ int kiln_cuda_batch_new(kiln_cuda_model *cm, const kiln_cuda_batch_params *p, ki
     b->max_table = (p->n_ctx + p->block_size - 1) / p->block_size;
     const char *graph_env = getenv("KILN_CUDA_BATCH_GRAPH");
     b->graphs_off = graph_env && atoi(graph_env) == 0;
+    if (p->half) kiln_cuda_batch_half_set(true);
     cudaError_t e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = alloc_buffers(b);
     if (e != cudaSuccess) {
@@ -242,13 +243,29 @@ static int pack_inputs(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs
     return n_tab;
 }
 
+/* Where a kernel that makes a GEMV's input may also write its Q8_1 form: act_q for quantized matrices, NULL for
+ * float ones and in half mode (whose F16 form prepare_input makes). */
 static const void *q8_or_null(const kiln_cuda_batch *b, const kiln_cuda_matrix *m) {
-    return kiln_cuda_type_uses_q8_1(m->type) ? b->act_q : NULL;
+    return kiln_cuda_type_uses_q8_1(m->type) && !kiln_cuda_batch_half() ? b->act_q : NULL;
 }
 
-/* x += W in for T rows: Q8_1 of in (quantized here unless in_q says it already is) or in itself. */
+/* act_q from T rows of k values: their Q8_1, or in half mode their F16 form. */
+static void prepare_input(kiln_cuda_batch *b, const float *in, int k, int T) {
+    if (kiln_cuda_batch_half()) kiln_cuda_batch_to_half(in, b->act_q, k, T, b->stream);
+    else kiln_cuda_quantize_q8_1(in, b->act_q, k, T, b->stream);
+}
+
+/* RMSNorm of T rows of src into b->h, and act_q from them where want_q. */
+static void norm_input(kiln_cuda_batch *b, float *src, const float *w, bool want_q, int T) {
+    const kiln_config *cfg = &b->cm->cfg;
+    bool half = kiln_cuda_batch_half();
+    kiln_cuda_rmsnorm_rows(src, w, b->h, want_q && !half ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps, b->stream);
+    if (want_q && half) prepare_input(b, b->h, cfg->n_embd, T);
+}
+
+/* x += W in for T rows: act_q from in (made here unless in_q says it already is) or in itself. */
 static int residual(kiln_cuda_batch *b, const kiln_cuda_matrix *m, const float *in, bool in_q, int T) {
-    if (kiln_cuda_type_uses_q8_1(m->type) && !in_q) kiln_cuda_quantize_q8_1(in, b->act_q, m->k, T, b->stream);
+    if (kiln_cuda_type_uses_q8_1(m->type) && !in_q) prepare_input(b, in, m->k, T);
     return kiln_cuda_gemv_batch(m, b->act_q, in, T, b->x, true, b->stream);
 }
 
@@ -258,8 +275,7 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     bool any_q = kiln_cuda_type_uses_q8_1(L->wq.type) || kiln_cuda_type_uses_q8_1(L->wk.type) ||
                  kiln_cuda_type_uses_q8_1(L->wv.type);
     mark(b, KILN_OP_NORM, 0);
-    kiln_cuda_rmsnorm_rows(b->x, L->attn_norm, b->h, any_q ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps,
-                           b->stream);
+    norm_input(b, b->x, L->attn_norm, any_q, T);
     const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
     float *ys[3] = {b->q, b->k, b->v};
     size_t layer_cache = block_bytes(cfg, b->block_size) / (size_t)cfg->n_layer * (size_t)b->n_blocks;
@@ -287,15 +303,15 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     mark(b, KILN_OP_WO, mbytes(&L->wo));
     if (residual(b, &L->wo, b->attn, attn_q != NULL, T)) return -1;
 
-    const void *hq = q8_or_null(b, &L->gate);
+    bool gate_q = kiln_cuda_type_uses_q8_1(L->gate.type);
+    const void *hq = gate_q ? b->act_q : NULL;
     mark(b, KILN_OP_NORM, 0);
-    kiln_cuda_rmsnorm_rows(b->x, L->ffn_norm, b->h, (void *)hq, cfg->n_embd, T, cfg->rms_eps, b->stream);
+    norm_input(b, b->x, L->ffn_norm, gate_q, T);
     mark(b, KILN_OP_GATE_UP, mbytes(&L->gate) + mbytes(&L->up));
     if (L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes) {
         if (kiln_cuda_gemv_batch_swiglu(&L->gate, &L->up, hq, b->h, T, b->ff, b->stream)) return -1;
     } else {
-        if (!hq && kiln_cuda_type_uses_q8_1(L->up.type))
-            kiln_cuda_quantize_q8_1(b->h, b->act_q, cfg->n_embd, T, b->stream);
+        if (!gate_q && kiln_cuda_type_uses_q8_1(L->up.type)) prepare_input(b, b->h, cfg->n_embd, T);
         if (kiln_cuda_gemv_batch(&L->gate, b->act_q, b->h, T, b->ff, false, b->stream) ||
             kiln_cuda_gemv_batch(&L->up, b->act_q, b->h, T, b->ff2, false, b->stream))
             return -1;
@@ -316,9 +332,9 @@ static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {
     mark(b, KILN_OP_HEAD, mbytes(&cm->output));
     float *last = b->ff; /* the rows that want logits, packed */
     kiln_cuda_gather_rows(b->x, d->rows, R, cfg->n_embd, last, b->stream);
-    const void *hq = q8_or_null(b, &cm->output);
-    kiln_cuda_rmsnorm_rows(last, cm->output_norm, b->h, (void *)hq, cfg->n_embd, R, cfg->rms_eps, b->stream);
-    return kiln_cuda_gemv_batch(&cm->output, hq, b->h, R, b->logits, false, b->stream);
+    bool head_q = kiln_cuda_type_uses_q8_1(cm->output.type);
+    norm_input(b, last, cm->output_norm, head_q, R);
+    return kiln_cuda_gemv_batch(&cm->output, head_q ? b->act_q : NULL, b->h, R, b->logits, false, b->stream);
 }
 
 /* The span (KILN_CUDA_FIRST_SPAN) that holds n positions. */

@@ -1,9 +1,10 @@
 /* Matrix times several vectors for a batched step (the tokens of many sequences): each weight part is read from
  * memory and unpacked once for all the vectors of its block. Quantized weights go through int8 tensor cores
  * (gemv_batch_mma_kernel), or for one to four vectors through dp4a in the same order of operations
- * (gemv_batch_small_kernel, the same bits; small_batch says where), float weights through FMA with F32
- * activations. Batches larger than a block's vectors run as more blocks over the same rows, placed next to each
- * other in the grid so their weight reads meet in L2.
+ * (gemv_batch_small_kernel, the same bits; small_batch says where), or in half mode (kiln_cuda_batch_half) F16
+ * tensor cores at every batch size (mma_range_h); float weights through FMA with F32 activations. Batches larger
+ * than a block's vectors run as more blocks over the same rows, placed next to each other in the grid so their
+ * weight reads meet in L2.
  *
  * Batch invariance: vector j's result is summed in the same order whatever the batch size or j's place in it, so a
  * sequence's output does not depend on who shares the step. */
@@ -86,6 +87,47 @@ static int stage_tiles(void) {
 static bool wide_blocks(int row_blocks) {
     static int allowed = -1;
     return switch_on("KILN_CUDA_BATCH_WIDE", &allowed) && row_blocks < sm_count();
+}
+
+/* A half2's bits. */
+union h2_bits {
+    unsigned u;
+    __half2 h;
+};
+
+/* Half mode: -1 until read from KILN_CUDA_BATCH_HALF (1: on), or set by kiln_cuda_batch_half_set. */
+static int half_mode = -1;
+
+extern "C" bool kiln_cuda_batch_half(void) {
+    if (half_mode < 0) {
+        const char *e = getenv("KILN_CUDA_BATCH_HALF");
+        half_mode = e && atoi(e) == 1;
+    }
+    return half_mode;
+}
+
+extern "C" void kiln_cuda_batch_half_set(bool on) { half_mode = on; }
+
+/* Chunk i of the F32 rows (row-major: row, part, chunk) into the half mode's activations (mma_range_h's layout). */
+__global__ void to_half_parts_kernel(const float *x, uint4 *xh, int n_parts, int n_rows, int64_t n_chunks) {
+    pdl_release_and_wait();
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_chunks) return;
+    int64_t row = i / (4 * n_parts);
+    int part = (int)(i - row * 4 * n_parts) >> 2;
+    const float2 *p = (const float2 *)(x + (i >> 2) * 32) + (i & 3);
+    h2_bits h[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) { /* values 2c, 2c+1 then + 8, + 16, + 24 */
+        float2 v = p[4 * j];
+        h[j].h = __floats2half2_rn(v.x, v.y);
+    }
+    xh[((int64_t)part * n_rows + row) * 4 + (i & 3)] = make_uint4(h[0].u, h[1].u, h[2].u, h[3].u);
+}
+
+extern "C" void kiln_cuda_batch_to_half(const float *x, void *xh, int k, int n_rows, cudaStream_t stream) {
+    int64_t n_chunks = (int64_t)n_rows * (k / 8);
+    launch_pdl(to_half_parts_kernel, div_up(n_chunks, 256), 256, stream, x, (uint4 *)xh, k / 32, n_rows, n_chunks);
 }
 
 /* Formats whose part has one scale and one offset (d[0] == d[1], m[0] == m[1]). */
@@ -226,6 +268,8 @@ __device__ __forceinline__ b_operands load_b(const b_stage &st, int t, int g, in
 struct mma_rows {
     qtensor w, up;
     int64_t base_lo, base_hi;
+    int64_t base_line;   /* half mode: the first block of this lane's row, lane % 16 of the block's */
+    unsigned char *a_buf; /* half mode: the warp's weights in F16 (h_lines) */
 };
 
 /* The activations of a block's group of vectors: Q8_1 values and (scale, sum) pairs of the step, the group's first
@@ -234,22 +278,23 @@ struct b_group {
     const int8_t *qs;
     const __half2 *ds;
     int64_t j0;
-    int n_parts, nv;
-    b_stage *stages;
+    int n_parts, nv, n_vec;
+    void *stages;
 };
 
 /* acc (and with SWIGLU up_acc) += parts [u0, u_end) of the rows against the group's vectors, part after part, the
  * activations from the warp's stages (STAGE: part u + 1's copies out while u is worked on) or from global memory. */
-template <class F, bool SWIGLU, bool STAGE>
+template <class F, bool SWIGLU, bool STAGE, int TILES>
 __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, int u0, int u_end,
-                                          float (&acc)[MMA_TILES][4], float (&up_acc)[MMA_TILES][4]) {
+                                          float (&acc)[TILES][4], float (&up_acc)[TILES][4]) {
     int lane = threadIdx.x, g = lane >> 2, c = lane & 3, last = bg.nv - 1, n_tiles = (bg.nv + 7) / 8;
-    if (STAGE && u0 < u_end) stage_b(bg.stages[0], bg.qs, bg.ds, bg.j0, bg.n_parts, u0, n_tiles * 8, last, lane);
+    b_stage *stages = (b_stage *)bg.stages;
+    if (STAGE && u0 < u_end) stage_b(stages[0], bg.qs, bg.ds, bg.j0, bg.n_parts, u0, n_tiles * 8, last, lane);
     for (int u = u0; u < u_end; u++) {
-        const b_stage *st = STAGE ? bg.stages + ((u - u0) & 1) : nullptr;
+        const b_stage *st = STAGE ? stages + ((u - u0) & 1) : nullptr;
         if (STAGE) { /* the next part's copies go out, this one's are waited for */
             if (u + 1 < u_end) {
-                stage_b(bg.stages[(u + 1 - u0) & 1], bg.qs, bg.ds, bg.j0, bg.n_parts, u + 1, n_tiles * 8, last, lane);
+                stage_b(stages[(u + 1 - u0) & 1], bg.qs, bg.ds, bg.j0, bg.n_parts, u + 1, n_tiles * 8, last, lane);
                 cp_async_wait<1>();
             } else {
                 cp_async_wait<0>();
@@ -269,10 +314,10 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
             ua = a_words(ulo, uhi, c);
         }
 #pragma unroll
-        for (int t = 0; t < MMA_TILES; t++) {
+        for (int t = 0; t < TILES; t++) {
             if (t >= n_tiles) break;
             b_operands cb = nb; /* the next tile's loads go out before this one's products */
-            if (t + 1 < MMA_TILES) nb = STAGE ? load_b(*st, t + 1, g, c) : load_b(src, t + 1, g, c, last);
+            if (t + 1 < TILES) nb = STAGE ? load_b(*st, t + 1, g, c) : load_b(src, t + 1, g, c, last);
             float tk[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
             if (F::has_min) {
                 int t0[4], t1[4];
@@ -292,15 +337,179 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
     }
 }
 
-/* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of MMA_VEC vectors. With SWIGLU,
+/* Half mode (kiln_cuda_batch_half): the activations in F16 and the weights turned into F16, w = d * q + m as
+ * quant_unpack.cuh writes every format, then F16 mma.sync m16n8k16 with F32 sums that run over the warp's whole range
+ * of parts in the tensor core's accumulators. A part's scales are then taken once for all the group's vectors,
+ * where the int8 form takes them in F32 for each result of every part (part_value); the price is F16 rounding of
+ * the weights (d * q + m) and of the activations instead of Q8_1's. Each lane decodes one row's part (a line: with
+ * SWIGLU lanes 0-15 the gate's rows and 16-31 the up matrix's, else parts u and u + 1 of the 16 rows, every other
+ * part), writes it in F16 to the warp's 32 lines in shared memory, and ldmatrix hands every lane its A registers:
+ * each part is decoded once, where each lane decoding the parts of its two rows (the int8 form's way) took four
+ * times the work. The activations' layout: part-major (part u of every vector, then part u + 1), a part's 32
+ * values as four 16-byte chunks, chunk c holding values 2c, 2c+1, 2c+8, 2c+9 and the same plus 16 (this lane's B
+ * registers of the part's two mmas, one load): a part of a group's vectors is one run of memory, staged by
+ * consecutive copies. */
+__device__ __forceinline__ void mma_f16(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((unsigned)__cvta_generic_to_shared(p))
+                 : "memory");
+}
+
+/* Bytes 0, 1 (sel 0x4140) or 2, 3 (0x4342) of w, signed, as d * q + m in F16: 1024 + 128 + q made exact by the
+ * exponent bits 0x64, less 1152 (0x6480), then one fused multiply-add. */
+__device__ __forceinline__ unsigned half_pair(int w, unsigned sel, __half2 d, __half2 m) {
+    h2_bits v, r;
+    v.u = __byte_perm((unsigned)w ^ 0x80808080u, 0x64646464u, sel);
+    r.h = __hfma2(__hsub2(v.h, __half2half2(__ushort_as_half(0x6480))), d, m);
+    return r.u;
+}
+
+/* A warp's 32 lines of 32 F16 weights (64 bytes), 16-byte chunk j of line L at chunk j ^ (L / 2 % 4): the 8 lanes
+ * of a store phase and the 8 rows of an ldmatrix matrix then meet 32 different banks. */
+#define H_LINE_BYTES 64
+#define H_LINES_BYTES (32 * H_LINE_BYTES)
+
+__device__ __forceinline__ unsigned char *h_chunk(unsigned char *lines, int line, int j) {
+    return lines + line * H_LINE_BYTES + ((j ^ ((line >> 1) & 3)) << 4);
+}
+
+/* This lane's decoded part into its line, in F16. */
+__device__ __forceinline__ void store_line(unsigned char *lines, int lane, const kpart &p) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int h = j >> 1; /* chunk j holds words 2j and 2j + 1: values 8j..8j+7 */
+        __half2 d = __float2half2_rn(p.d[h]), m = __float2half2_rn(p.m[h]);
+        int w0 = p.q[2 * j], w1 = p.q[2 * j + 1];
+        *(uint4 *)h_chunk(lines, lane, j) = make_uint4(half_pair(w0, 0x4140, d, m), half_pair(w0, 0x4342, d, m),
+                                                        half_pair(w1, 0x4140, d, m), half_pair(w1, 0x4342, d, m));
+    }
+}
+
+/* The A registers of lines first..first+15 (16 rows) for the mma over values 16h..16h+15. */
+__device__ __forceinline__ void load_a(unsigned a[4], unsigned char *lines, int first, int h, int lane) {
+    int i = lane >> 3, line = first + (i & 1) * 8 + (lane & 7);
+    ldmatrix_x4(a, h_chunk(lines, line, 2 * h + (i >> 1)));
+}
+
+/* A warp's copy of one part's F16 activations for its group's vectors (the staged 8-warp blocks). A tile's lanes
+ * read 8 rows of 64 bytes, a quarter warp two whole rows: no bank is read twice in a phase. */
+struct h_stage {
+    uint4 x[MMA_VEC][4];
+};
+
+/* Starts the copies of part u for the group's nv vectors from j0 (the columns past them are not stored). */
+__device__ __forceinline__ void stage_h(h_stage &st, const uint4 *xh, int64_t j0, int n_vec, int u, int nv,
+                                        int lane) {
+    const uint4 *src = xh + ((int64_t)u * n_vec + j0) * 4;
+    for (int k = lane; k < 4 * nv; k += 32) cp_async16(&st.x[0][0] + k, src + k);
+    cp_async_commit();
+}
+
+/* mma_range in half mode: the sums of a tile's results chain in its mma accumulators over the range's parts. A
+ * lane's lines are loaded from memory AHEAD decodes (of SPAN parts) before their use: three for one tile (a step of
+ * one to eight vectors, whose parts take little work and whose registers are free), else one. */
+template <int TILES>
+__host__ __device__ constexpr int h_ahead() { return TILES == 1 ? 3 : 1; }
+
+template <class F, bool SWIGLU, bool STAGE, int TILES>
+__device__ __forceinline__ void mma_range_h(const mma_rows &r, const b_group &bg, int u0, int u_end,
+                                            float (&acc)[TILES][4], float (&up_acc)[TILES][4]) {
+    constexpr int SPAN = SWIGLU ? 1 : 2, AHEAD = h_ahead<TILES>();
+    int lane = threadIdx.x, g = lane >> 2, c = lane & 3, last = bg.nv - 1, n_tiles = (bg.nv + 7) / 8;
+    const uint4 *xh = (const uint4 *)bg.qs;
+    h_stage *stages = (h_stage *)bg.stages;
+    const qtensor &wl = SWIGLU && lane >= 16 ? r.up : r.w;
+    int line_part = SWIGLU ? 0 : lane >> 4; /* which of a decode's parts this lane's line is */
+    kraw raw[AHEAD];
+    int raw_part[AHEAD];
+    auto load_line = [&](int u, kraw &into, int &part) {
+        int up = min(u + line_part, u_end - 1);
+        part = up % F::parts;
+        F::load(wl, r.base_line + up / F::parts, part, into);
+    };
+#pragma unroll
+    for (int i = 0; i < AHEAD; i++)
+        if (u0 + i * SPAN < u_end) load_line(u0 + i * SPAN, raw[i], raw_part[i]);
+    if (STAGE && u0 < u_end) stage_h(stages[0], xh, bg.j0, bg.n_vec, u0, bg.nv, lane);
+    /* the direct loads: tile 0 of part u's B registers are loaded while part u - 1 is worked on */
+    int64_t part_chunks = (int64_t)bg.n_vec * 4;
+    const uint4 *src = xh + (u0 * part_chunks + bg.j0 * 4) + c;
+    uint4 nb = STAGE || u0 >= u_end ? make_uint4(0, 0, 0, 0) : src[min(g, last) * 4];
+    for (int u = u0; u < u_end; u++) {
+        const h_stage *st = STAGE ? stages + ((u - u0) & 1) : nullptr;
+        if (STAGE) {
+            if (u + 1 < u_end) {
+                stage_h(stages[(u + 1 - u0) & 1], xh, bg.j0, bg.n_vec, u + 1, bg.nv, lane);
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+        }
+        if ((u - u0) % SPAN == 0) {
+            kpart p;
+            F::decode(raw[0], raw_part[0], p);
+#pragma unroll
+            for (int i = 0; i + 1 < AHEAD; i++) raw[i] = raw[i + 1], raw_part[i] = raw_part[i + 1];
+            if (u + AHEAD * SPAN < u_end) load_line(u + AHEAD * SPAN, raw[AHEAD - 1], raw_part[AHEAD - 1]);
+            __syncwarp(); /* every lane is done with the lines before */
+            store_line(r.a_buf, lane, p);
+        }
+        __syncwarp(); /* the lines and the stage are complete */
+        if (STAGE) nb = st->x[g][c];
+        const uint4 *next = u + 1 < u_end ? src + part_chunks : src; /* part u + 1's, in bounds */
+        unsigned wa[2][4], ua[2][4];
+        int first = SWIGLU ? 0 : 16 * ((u - u0) & 1);
+        load_a(wa[0], r.a_buf, first, 0, lane);
+        load_a(wa[1], r.a_buf, first, 1, lane);
+        if (SWIGLU) load_a(ua[0], r.a_buf, 16, 0, lane), load_a(ua[1], r.a_buf, 16, 1, lane);
+#pragma unroll
+        for (int t = 0; t < TILES; t++) {
+            if (t >= n_tiles) break;
+            uint4 cb = nb;
+            if (STAGE && t + 1 < TILES) nb = st->x[(t + 1) * 8 + g][c];
+            if (!STAGE) nb = t + 1 < n_tiles ? src[min((t + 1) * 8 + g, last) * 4] : next[min(g, last) * 4];
+            mma_f16(acc[t], wa[0], cb.x, cb.y);
+            mma_f16(acc[t], wa[1], cb.z, cb.w);
+            if (SWIGLU) {
+                mma_f16(up_acc[t], ua[0], cb.x, cb.y);
+                mma_f16(up_acc[t], ua[1], cb.z, cb.w);
+            }
+        }
+        if (STAGE) __syncwarp();
+        src = next;
+    }
+}
+
+/* Bytes of a block's dynamic shared memory: the warps' partial sums, or with STAGE their two stages a warp first; */
+__host__ __device__ constexpr int mma_sums_bytes(bool swiglu, int warps, bool stage, bool half, int tiles) {
+    int part = (swiglu ? 2 : 1) * (warps / 2) * tiles * 4 * 32 * (int)sizeof(float);
+    int st = stage ? warps * 2 * (int)(half ? sizeof(h_stage) : sizeof(b_stage)) : 0;
+    return part > st ? part : st;
+}
+
+/* ... and after them, in half mode, each warp's F16 lines. */
+__host__ __device__ constexpr int mma_shared_bytes(bool swiglu, int warps, bool stage, bool half, int tiles) {
+    return mma_sums_bytes(swiglu, warps, stage, half, tiles) + (half ? warps * H_LINES_BYTES : 0);
+}
+
+/* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of 8 * TILES vectors. With SWIGLU,
  * w[0] is the gate and w[1] the up matrix, and y[0] receives silu(gate x) * (up x). With rope.a.freq, the rope
- * stage takes the results instead of y (paged_rope.cuh). At most 128 registers, so two 8-warp blocks (or one of
- * 16) fit an SM: unbounded, Q2_K's SwiGLU form took 153 once the next tile's loads went out early and some direct
- * forms 131-142 (bounded, Q2_K's SwiGLU forms spill 28-48 bytes, Q5_K's staged one 12). */
-template <class F, bool SWIGLU, int WARPS, bool STAGE>
-__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
+ * stage takes the results instead of y (paged_rope.cuh). HALF_ACT: half mode (mma_range_h). At most 128 registers,
+ * so two 8-warp blocks (or one of 16) fit an SM: unbounded, Q2_K's SwiGLU form took 153 once the next tile's loads
+ * went out early and some direct forms 131-142 (bounded, Q2_K's SwiGLU forms spill 28-48 bytes, Q5_K's staged one
+ * 12); the one-tile forms of half mode at most 80, three 8-warp blocks an SM (74-90 registers unbounded). */
+template <class F, bool SWIGLU, int WARPS, bool STAGE, bool HALF_ACT, int TILES>
+__global__ void __launch_bounds__(32 * WARPS, TILES == 1 ? 24 / WARPS : 16 / WARPS)
     gemv_batch_mma_kernel(batch_job job, int n_parts, const void *xq, int n_vec, batch_rope rope) {
-    int n_groups = (n_vec + MMA_VEC - 1) / MMA_VEC;
+    int n_groups = (n_vec + 8 * TILES - 1) / (8 * TILES);
     int group = blockIdx.x % n_groups, rb = blockIdx.x / n_groups;
     int mi = SWIGLU ? 0 : pick(job, rb);
     qtensor w = select3(mi, job.w[0], job.w[1], job.w[2]);
@@ -309,7 +518,7 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     int first = select3(mi, job.first[0], job.first[1], job.first[2]);
     const qtensor up = job.w[1];
     int row0 = (rb - first) * MMA_ROWS, lane = threadIdx.x, warp = threadIdx.y, g = lane >> 2, c = lane & 3;
-    int j0 = group * MMA_VEC, nv = min(MMA_VEC, n_vec - j0);
+    int j0 = group * 8 * TILES, nv = min(8 * TILES, n_vec - j0);
     bool roped = !SWIGLU && rope.a.freq;
     int role = select3(mi, rope.role[0], rope.role[1], rope.role[2]);
     __shared__ rope_block rs;
@@ -322,27 +531,30 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     /* rows past the matrix read the last one and are not stored */
     int64_t base_lo = (int64_t)min(row0 + g, n - 1) * blocks_per_row;
     int64_t base_hi = (int64_t)min(row0 + g + 8, n - 1) * blocks_per_row;
-    float a[MMA_TILES][4], b[MMA_TILES][4];
+    float a[TILES][4], b[TILES][4];
 #pragma unroll
-    for (int t = 0; t < MMA_TILES; t++)
+    for (int t = 0; t < TILES; t++)
 #pragma unroll
         for (int i = 0; i < 4; i++) a[t][i] = b[t][i] = 0.0f;
     int per_warp = (n_parts + WARPS - 1) / WARPS;
     int u0 = warp * per_warp, u_end = min(n_parts, (warp + 1) * per_warp);
-    /* with STAGE the warps' stages take the partial sums' space before the sums */
+    /* with STAGE the warps' stages take the partial sums' space before the sums (mma_shared_bytes) */
     constexpr int HALF = WARPS / 2;
-    constexpr int PART_BYTES = (SWIGLU ? 2 : 1) * HALF * MMA_TILES * 4 * 32 * (int)sizeof(float);
-    constexpr int STAGE_BYTES = STAGE ? WARPS * 2 * (int)sizeof(b_stage) : 0;
-    __shared__ __align__(16) unsigned char smem[PART_BYTES > STAGE_BYTES ? PART_BYTES : STAGE_BYTES];
-    mma_rows rows = {w, up, base_lo, base_hi};
-    b_group grp = {qs, ds, j0, n_parts, nv, STAGE ? (b_stage *)smem + 2 * warp : nullptr};
-    mma_range<F, SWIGLU, STAGE>(rows, grp, u0, u_end, a, b);
+    extern __shared__ __align__(16) unsigned char smem[];
+    int64_t base_line = (int64_t)min(row0 + (lane & 15), n - 1) * blocks_per_row;
+    unsigned char *a_buf = smem + mma_sums_bytes(SWIGLU, WARPS, STAGE, HALF_ACT, TILES) + warp * H_LINES_BYTES;
+    mma_rows rows = {w, up, base_lo, base_hi, base_line, a_buf};
+    void *stages = !STAGE ? nullptr
+                   : HALF_ACT ? (void *)((h_stage *)smem + 2 * warp) : (void *)((b_stage *)smem + 2 * warp);
+    b_group grp = {qs, ds, j0, n_parts, nv, n_vec, stages};
+    if constexpr (HALF_ACT) mma_range_h<F, SWIGLU, STAGE, TILES>(rows, grp, u0, u_end, a, b);
+    else mma_range<F, SWIGLU, STAGE, TILES>(rows, grp, u0, u_end, a, b);
     /* the warps' partial sums: the upper half's go to the lower half, then the lower half's add in warp order */
     if (STAGE) __syncthreads(); /* no warp still reads its stages, which the sums overwrite */
-    float(*part)[HALF][MMA_TILES][4][32] = (float(*)[HALF][MMA_TILES][4][32])smem;
+    float(*part)[HALF][TILES][4][32] = (float(*)[HALF][TILES][4][32])smem;
     if (warp >= HALF)
 #pragma unroll
-        for (int t = 0; t < MMA_TILES; t++)
+        for (int t = 0; t < TILES; t++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 part[0][warp - HALF][t][i][lane] = a[t][i];
@@ -351,7 +563,7 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     __syncthreads();
     if (warp < HALF)
 #pragma unroll
-        for (int t = 0; t < MMA_TILES; t++)
+        for (int t = 0; t < TILES; t++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 part[0][warp][t][i][lane] += a[t][i];
@@ -359,7 +571,7 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
             }
     __syncthreads();
     __shared__ float vals[SWIGLU ? 1 : MMA_VEC * MMA_ROWS];
-    for (int e = warp; e < MMA_TILES * 4; e += WARPS) {
+    for (int e = warp; e < TILES * 4; e += WARPS) {
         int t = e / 4, i = e % 4;
         int row = row0 + g + (i >= 2 ? 8 : 0), v = t * 8 + 2 * c + (i & 1);
         if (row >= n || v >= nv) continue;
@@ -631,6 +843,33 @@ static void launch_small(int share, int row_blocks, cudaStream_t stream, const b
                                                                rope);
 }
 
+/* The mma kernel's form with its dynamic shared memory (allowed past 48 KB at its first launch). */
+template <class F, bool SWIGLU, int WARPS, bool STAGE, bool HALF_ACT, int TILES = MMA_TILES>
+static void launch_mma(int grid, dim3 block, cudaStream_t stream, const batch_job &job, int n_parts, const void *xq,
+                       int n_vec, const batch_rope &rope) {
+    constexpr int bytes = mma_shared_bytes(SWIGLU, WARPS, STAGE, HALF_ACT, TILES);
+    auto kernel = gemv_batch_mma_kernel<F, SWIGLU, WARPS, STAGE, HALF_ACT, TILES>;
+    static bool allowed = bytes <= 48 * 1024;
+    if (!allowed) allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == 0;
+    launch_pdl_shared(kernel, grid, block, bytes, stream, job, n_parts, xq, n_vec, rope);
+}
+
+/* The mma kernel's forms: wide blocks (never staged), or 8 warps staged from stage_tiles() tiles; in half mode up
+ * to 8 vectors take a one-tile form (a tile's sums do not depend on the others', so the bits are the same). */
+template <class F, bool SWIGLU, bool HALF_ACT>
+static void launch_mma_form(bool wide, int grid, dim3 block, cudaStream_t stream, const batch_job &job, int n_parts,
+                            const void *xq, int n_vec, const batch_rope &rope) {
+    if (HALF_ACT && n_vec <= 8 && wide)
+        launch_mma<F, false, MMA_WARPS_WIDE, false, HALF_ACT, 1>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+    else if (HALF_ACT && n_vec <= 8)
+        launch_mma<F, SWIGLU, MMA_WARPS, false, HALF_ACT, 1>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+    else if (wide)
+        launch_mma<F, false, MMA_WARPS_WIDE, false, HALF_ACT>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+    else if (n_vec >= stage_tiles() * 8)
+        launch_mma<F, SWIGLU, MMA_WARPS, true, HALF_ACT>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+    else launch_mma<F, SWIGLU, MMA_WARPS, false, HALF_ACT>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+}
+
 /* ms[0..n_mats) share type and width (checked by the callers); rope.a.freq: the quantized kernels' rope stage. */
 template <bool SWIGLU>
 static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
@@ -644,7 +883,8 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
     /* the mma kernel's warps a block set the sums' order, which the small kernel keeps */
     bool wide = !SWIGLU && wide_blocks(mma_blocks);
     int warps = wide ? MMA_WARPS_WIDE : MMA_WARPS;
-    bool small = quant && small_batch(n_vec, n_parts, warps);
+    bool half = kiln_cuda_batch_half();
+    bool small = quant && !half && small_batch(n_vec, n_parts, warps);
     bool prefetch = (double)bytes <= SMALL_PREFETCH_MAX_MB * 1048576.0;
     int rows_per_block = !quant ? F_WARPS : small ? SMALL_ROWS : MMA_ROWS, share = small_lane_parts(n_parts, warps);
     batch_job job = {};
@@ -669,15 +909,10 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
             launch_small<F, false, MMA_WARPS_WIDE>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch, rope);\
         else if (small)                                                                                                \
             launch_small<F, SWIGLU, MMA_WARPS>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch, rope);    \
-        else if (wide)                                                                                                 \
-            launch_pdl(gemv_batch_mma_kernel<F, false, MMA_WARPS_WIDE, false>, grid, block, stream, job, n_parts, xq,  \
-                       n_vec, rope);                                                                                   \
-        else if (n_vec >= stage_tiles() * 8)                                                                           \
-            launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS, true>, grid, block, stream, job, n_parts, xq, n_vec, \
-                       rope);                                                                                          \
+        else if (half)                                                                                                 \
+            launch_mma_form<F, SWIGLU, true>(wide, grid, block, stream, job, n_parts, xq, n_vec, rope);                \
         else                                                                                                           \
-            launch_pdl(gemv_batch_mma_kernel<F, SWIGLU, MMA_WARPS, false>, grid, block, stream, job, n_parts, xq,       \
-                       n_vec, rope);                                                                                   \
+            launch_mma_form<F, SWIGLU, false>(wide, grid, block, stream, job, n_parts, xq, n_vec, rope);               \
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X

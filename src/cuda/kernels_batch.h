@@ -14,6 +14,13 @@ extern "C" {
  * vector's sum runs in the same order whatever n_vec is (batch invariance). */
 int kiln_cuda_gemv_batch(const kiln_cuda_matrix *m, const void *xq, const float *xf, int n_vec, float *y,
                          bool accumulate, cudaStream_t stream);
+/* Half mode: the batched GEMVs of quantized weights take F16 activations (kiln_cuda_batch_to_half's layout, in the
+ * place of Q8_1) and run F16 tensor-core products of weights turned into F16 in registers, for every batch size (a
+ * vector's result keeps one order of operations). On with KILN_CUDA_BATCH_HALF=1 (read once), or as set. */
+bool kiln_cuda_batch_half(void);
+void kiln_cuda_batch_half_set(bool on);
+/* The half mode's GEMV input from n_rows F32 rows of k values (k a multiple of 32): k * n_rows halves. */
+void kiln_cuda_batch_to_half(const float *x, void *xh, int k, int n_rows, cudaStream_t stream);
 /* Q, K and V of n_vec vectors: one launch when the matrices share type and width, else one each. At most 3. */
 int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
                                const float *xf, int n_vec, cudaStream_t stream);

@@ -100,7 +100,8 @@ sched_exec *kiln_sched_cuda_new(kiln_model *m, const kiln_sched_params *p, kiln_
     /* without a pool size given, as many blocks as fit beside the weights (up to a full context per sequence) */
     kiln_cuda_batch_params bp = {.block_size = KILN_SCHED_BLOCK, .n_ctx = p->n_ctx,
                                  .max_tokens = p->n_chunk + p->parallel, .max_seqs = p->parallel,
-                                 .max_blocks = want, .min_blocks = p->n_kv_blocks > 0 ? want : per_ctx};
+                                 .max_blocks = want, .min_blocks = p->n_kv_blocks > 0 ? want : per_ctx,
+                                 .half = p->gpu_f16};
     x->model = m;
     if (kiln_model_gpu_acquire(m, &x->cm, err) || kiln_cuda_batch_new(x->cm, &bp, &x->batch, err) ||
         kiln_kv_pool_new(kiln_cuda_batch_blocks(x->batch), KILN_SCHED_BLOCK, &x->pool, err)) {

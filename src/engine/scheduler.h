@@ -26,6 +26,7 @@ typedef struct kiln_sched_params {
     int n_threads;     /* CPU threads; 0: physical cores */
     int n_chunk;       /* most prompt tokens one step carries (a multiple of 16); 0: 64 */
     kiln_device device; /* where the batched forward runs; AUTO: the GPU when one answers */
+    bool gpu_f16;       /* on the GPU, the batched GEMVs in half mode (kiln_cuda_batch_params.half) */
 } kiln_sched_params;
 
 kiln_sched_params kiln_sched_default_params(void);

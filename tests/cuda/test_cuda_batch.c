@@ -21,6 +21,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
+#include "cuda/kernels_batch.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "format/gguf.h"
@@ -106,7 +107,7 @@ static bool check_model(const char *path) {
         kiln_cuda_model_load(&cfg, &w, &cm, &err))
         fail_msg("%s: %s", path, err.msg);
     const int n_blocks = 24;
-    kiln_cuda_batch_params bp = {BLOCK, N_CTX, 64, N_SEQ, n_blocks, n_blocks};
+    kiln_cuda_batch_params bp = {BLOCK, N_CTX, 64, N_SEQ, n_blocks, n_blocks, false};
     if (kiln_cuda_batch_new(cm, &bp, &batch, &err) || kiln_cuda_batch_new(cm, &bp, &alone, &err) ||
         kiln_cuda_batch_new(cm, &bp, &eager, &err))
         fail_msg("%s: %s", path, err.msg);
@@ -167,8 +168,10 @@ static bool check_model(const char *path) {
      * over seeds: 2.7e-2 to 1.67e-1 on the model with every quantized type, the last with KILN_TEST_SEED=171394517277;
      * 6e-3 to 2e-2 on the Q4_K_M ones; cuda_model allows 1.0 between GPU decode and the CPU reference for the same
      * reason). Unrelated logits would give about 1.4. Each GEMV is checked to 1e-5 against a double reference in
-     * cuda_batch_kernels, and the bits of a sequence alone against among others below. */
-    double bound = any_quantized(&w) ? 3e-1 : 1e-4;
+     * cuda_batch_kernels, and the bits of a sequence alone against among others below. In half mode the batched
+     * step rounds activations to F16 where kiln_cuda_eval quantizes them to Q8_1, so the two paths share no rounding:
+     * H200, over seeds, 0.22 to 0.31 on the every-type model, 0.02 to 0.08 on the Q4_K_M ones. */
+    double bound = !any_quantized(&w) ? 1e-4 : kiln_cuda_batch_half() ? 6e-1 : 3e-1;
     fprintf(stderr, "%s: batched step vs kiln_cuda_eval: worst logits rel err %.2e (bound %.2g); alone == among "
             "others: %s; graph replay == eager launches: %s\n", path, worst, bound, invariant ? "yes" : "NO",
             graph_same ? "yes" : "NO");
@@ -193,7 +196,13 @@ static void test_forward_batch(void **state) {
     }
     char *paths = strdup(list);
     bool ok = true;
-    for (char *p = strtok(paths, " "); p; p = strtok(NULL, " ")) ok = check_model(p) && ok;
+    for (char *p = strtok(paths, " "); p; p = strtok(NULL, " ")) {
+        ok = check_model(p) && ok;
+        fprintf(stderr, "half mode: ");
+        kiln_cuda_batch_half_set(true);
+        ok = check_model(p) && ok;
+        kiln_cuda_batch_half_set(false);
+    }
     free(paths);
     assert_true(ok);
 }
