@@ -202,6 +202,8 @@ def main():
     ap.add_argument("--spawn", metavar="MODEL", help="start `kiln serve -m MODEL` on a free port, stop it after")
     ap.add_argument("--kiln", default=os.path.join(SOURCE_DIR, "build", "kiln"), help="kiln binary for --spawn")
     ap.add_argument("--parallel", type=int, default=32, help="--parallel for the spawned server")
+    ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="another argument for the spawned server (repeat: --server-arg=--gpu-f16 --server-arg=on)")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--requests", type=int, default=20, help="requests per client, one after the other")
     ap.add_argument("--max-tokens", type=int, default=32)
@@ -210,7 +212,8 @@ def main():
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = ap.parse_args()
 
-    spawned = KilnServer(args.kiln, args.spawn, ["--parallel", str(args.parallel)]) if args.spawn else None
+    server_args = ["--parallel", str(args.parallel)] + args.server_arg
+    spawned = KilnServer(args.kiln, args.spawn, server_args) if args.spawn else None
     with spawned or contextlib.nullcontext():
         if spawned:
             args.host, args.port = "127.0.0.1", spawned.port
