@@ -177,8 +177,11 @@ int cmd_serve(int argc, char **argv) {
     srv_info(s, &info);
     char extent[64], memory[160];
     snprintf(extent, sizeof extent, "%d blocks of %d positions", info.kv_blocks, info.kv_block_size);
-    fprintf(stderr, "kiln serve: on the %s: %s\n", info.device == KILN_DEVICE_CUDA ? "GPU" : "CPU",
+    bool gpu = info.device == KILN_DEVICE_CUDA;
+    fprintf(stderr, "kiln serve: on the %s%s: %s\n", gpu ? "GPU" : "CPU",
+            gpu && o.sched.gpu_f16 ? " (half mode: F16 activations on tensor cores)" : "",
             gen_memory_phrase(&info.memory, extent, memory, sizeof memory));
+    if (!gpu && o.sched.gpu_f16) fprintf(stderr, "kiln serve: --gpu-f16 on has no effect on the CPU\n");
     fprintf(stderr, "kiln serve: %s on http://%s%s%s:%d (API key %s)\n", o.srv.model_id, ipv6 ? "[" : "", host,
             ipv6 ? "]" : "", srv_port(s), o.srv.api_key ? "required" : "not required");
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
