@@ -6,7 +6,8 @@
  * the rate without it (the reference's batched bench samples nothing); then the same decode steps with each
  * sequence's best logit picked on the device (kiln_cuda_seq.best = 1, as the scheduler asks for its samplers'
  * candidates), so that no row crosses to the host. With KILN_BATCH_PROFILE=1, then the per-op profile of those
- * device-ranked decode steps (eager launches timed with events, so small ops carry their launch gaps).
+ * device-ranked decode steps (eager launches timed with events, so small ops carry their launch gaps). With
+ * KILN_CUDA_BATCH_HALF=1, all of it in half mode (kiln serve --gpu-f16 on; the header line says so).
  * usage: bench_cuda_batch MODEL.gguf [n_prompt=128] [n_gen=128] [M...=1 8 32 64] */
 #include <stdbool.h>
 #include <stdio.h>
