@@ -263,6 +263,12 @@ __device__ __forceinline__ b_operands load_b(const b_stage &st, int t, int g, in
             __low2float(st.d[t * 8 + 2 * c + 1])};
 }
 
+/* A staged range's wait at each part for that part's copies, with the next part's (more) still in flight. */
+__device__ __forceinline__ void stage_wait(bool more) {
+    if (more) cp_async_wait<1>();
+    else cp_async_wait<0>();
+}
+
 /* The weights a warp's parts come from: the matrix (and with SWIGLU the up matrix) and the first blocks of the rows
  * of its lower (g) and upper (g + 8) A fragment halves. */
 struct mma_rows {
@@ -293,12 +299,9 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
     for (int u = u0; u < u_end; u++) {
         const b_stage *st = STAGE ? stages + ((u - u0) & 1) : nullptr;
         if (STAGE) { /* the next part's copies go out, this one's are waited for */
-            if (u + 1 < u_end) {
+            if (u + 1 < u_end)
                 stage_b(stages[(u + 1 - u0) & 1], bg.qs, bg.ds, bg.j0, bg.n_parts, u + 1, n_tiles * 8, last, lane);
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
+            stage_wait(u + 1 < u_end);
             __syncwarp();
         }
         b_source src = {(const int *)bg.qs + (bg.j0 * bg.n_parts + u) * 8 + c,
@@ -445,13 +448,9 @@ __device__ __forceinline__ void mma_range_h(const mma_rows &r, const b_group &bg
     uint4 nb = STAGE || u0 >= u_end ? make_uint4(0, 0, 0, 0) : src[min(g, last) * 4];
     for (int u = u0; u < u_end; u++) {
         const h_stage *st = STAGE ? stages + ((u - u0) & 1) : nullptr;
-        if (STAGE) {
-            if (u + 1 < u_end) {
-                stage_h(stages[(u + 1 - u0) & 1], xh, bg.j0, bg.n_vec, u + 1, bg.nv, lane);
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
+        if (STAGE) { /* as in mma_range */
+            if (u + 1 < u_end) stage_h(stages[(u + 1 - u0) & 1], xh, bg.j0, bg.n_vec, u + 1, bg.nv, lane);
+            stage_wait(u + 1 < u_end);
         }
         if ((u - u0) % SPAN == 0) {
             kpart p;

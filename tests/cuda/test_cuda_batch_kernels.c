@@ -49,11 +49,10 @@ static batch_input make_input(bool quantized, int k, int n_vec) {
     rng_fill(in.x, n, 1.0f);
     in.dx = gpu_upload(in.x, sizeof(float) * n);
     in.dq = gpu_alloc(INPUT_BYTES(n));
+    if (quantized) prepare_input(in.dx, in.dq, k, n_vec);
     if (quantized && kiln_cuda_batch_half()) {
-        prepare_input(in.dx, in.dq, k, n_vec);
         for (size_t i = 0; i < n; i++) in.xs[i] = kiln_half_to_float(kiln_float_to_half(in.x[i]));
     } else if (quantized) {
-        kiln_cuda_quantize_q8_1(in.dx, in.dq, k, n_vec, 0);
         uint8_t *q = malloc(Q8_1_BYTES(n));
         CUDA_SYNC();
         CUDA_OK(cudaMemcpy(q, in.dq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
