@@ -70,7 +70,7 @@ static bool switch_on(const char *name, int *cache) {
     return *cache;
 }
 
-/* The 8-warp mma forms stage each part's activations in shared memory (b_stage) from this many tiles of 8 vectors
+/* The int8 8-warp mma forms stage each part's activations in shared memory (b_stage) from this many tiles of 8 vectors
  * in a launch's first group (fewer tiles' work does not cover the copies' round trip; the 16-warp forms would need
  * twice the space and never do). KILN_CUDA_BATCH_STAGE_TILES sets another (1: always, 9: never; read once, for
  * comparisons). The choice changes no result's operations. */
@@ -350,8 +350,11 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
  * each part is decoded once, where each lane decoding the parts of its two rows (the int8 form's way) took four
  * times the work. The activations' layout: part-major (part u of every vector, then part u + 1), a part's 32
  * values as four 16-byte chunks, chunk c holding values 2c, 2c+1, 2c+8, 2c+9 and the same plus 16 (this lane's B
- * registers of the part's two mmas, one load): a part of a group's vectors is one run of memory, staged by
- * consecutive copies. */
+ * registers of the part's two mmas, one load): a part of a group's vectors is one run of memory, a tile's lanes
+ * reading whole 64-byte rows. Each part's B registers of every tile (four at a time with SWIGLU, whose eight would
+ * spill) are loaded while the part before is worked on; staging them in shared memory by cp.async (the int8 form's
+ * way) lost: H200, bench_cuda_batch, llama3-8b at 32 / 48 / 64 sequences 3,530 / 4,406-4,411 / 5,186 tok/s against
+ * 4,031-4,036 / 5,121-5,125 / 6,126-6,131 (staging the SwiGLU form alone: even at 48 and 64, -3% at 32). */
 __device__ __forceinline__ void mma_f16(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};"
@@ -402,33 +405,38 @@ __device__ __forceinline__ void load_a(unsigned a[4], unsigned char *lines, int 
     ldmatrix_x4(a, h_chunk(lines, line, 2 * h + (i >> 1)));
 }
 
-/* A warp's copy of one part's F16 activations for its group's vectors (the staged 8-warp blocks). A tile's lanes
- * read 8 rows of 64 bytes, a quarter warp two whole rows: no bank is read twice in a phase. */
-struct h_stage {
-    uint4 x[MMA_VEC][4];
-};
-
-/* Starts the copies of part u for the group's nv vectors from j0 (the columns past them are not stored). */
-__device__ __forceinline__ void stage_h(h_stage &st, const uint4 *xh, int64_t j0, int n_vec, int u, int nv,
-                                        int lane) {
-    const uint4 *src = xh + ((int64_t)u * n_vec + j0) * 4;
-    for (int k = lane; k < 4 * nv; k += 32) cp_async16(&st.x[0][0] + k, src + k);
-    cp_async_commit();
-}
-
 /* mma_range in half mode: the sums of a tile's results chain in its mma accumulators over the range's parts. A
  * lane's lines are loaded from memory AHEAD decodes (of SPAN parts) before their use: three for one tile (a step of
  * one to eight vectors, whose parts take little work and whose registers are free), else one. */
 template <int TILES>
 __host__ __device__ constexpr int h_ahead() { return TILES == 1 ? 3 : 1; }
 
-template <class F, bool SWIGLU, bool STAGE, int TILES>
+/* The mmas of tiles [0, min(TG, n)) of a part: every tile's first half, then every tile's second, so that a
+ * tile's chained mma never waits for the one before it (in tile order, each second mma waited for its first). */
+template <bool SWIGLU, int TG>
+__device__ __forceinline__ void h_tiles(float (*acc)[4], float (*up_acc)[4], const unsigned (&wa)[2][4],
+                                        const unsigned (&ua)[2][4], const uint4 (&bv)[TG], int n) {
+#pragma unroll
+    for (int i = 0; i < TG; i++) {
+        if (i >= n) break;
+        mma_f16(acc[i], wa[0], bv[i].x, bv[i].y);
+        if (SWIGLU) mma_f16(up_acc[i], ua[0], bv[i].x, bv[i].y);
+    }
+#pragma unroll
+    for (int i = 0; i < TG; i++) {
+        if (i >= n) break;
+        mma_f16(acc[i], wa[1], bv[i].z, bv[i].w);
+        if (SWIGLU) mma_f16(up_acc[i], ua[1], bv[i].z, bv[i].w);
+    }
+}
+
+template <class F, bool SWIGLU, int TILES>
 __device__ __forceinline__ void mma_range_h(const mma_rows &r, const b_group &bg, int u0, int u_end,
                                             float (&acc)[TILES][4], float (&up_acc)[TILES][4]) {
-    constexpr int SPAN = SWIGLU ? 1 : 2, AHEAD = h_ahead<TILES>();
+    /* TG: tiles whose B registers are held at once (with SWIGLU all eight would spill) */
+    constexpr int SPAN = SWIGLU ? 1 : 2, AHEAD = h_ahead<TILES>(), TG = SWIGLU && TILES > 4 ? 4 : TILES;
     int lane = threadIdx.x, g = lane >> 2, c = lane & 3, last = bg.nv - 1, n_tiles = (bg.nv + 7) / 8;
     const uint4 *xh = (const uint4 *)bg.qs;
-    h_stage *stages = (h_stage *)bg.stages;
     const qtensor &wl = SWIGLU && lane >= 16 ? r.up : r.w;
     int line_part = SWIGLU ? 0 : lane >> 4; /* which of a decode's parts this lane's line is */
     kraw raw[AHEAD];
@@ -441,17 +449,14 @@ __device__ __forceinline__ void mma_range_h(const mma_rows &r, const b_group &bg
 #pragma unroll
     for (int i = 0; i < AHEAD; i++)
         if (u0 + i * SPAN < u_end) load_line(u0 + i * SPAN, raw[i], raw_part[i]);
-    if (STAGE && u0 < u_end) stage_h(stages[0], xh, bg.j0, bg.n_vec, u0, bg.nv, lane);
-    /* the direct loads: tile 0 of part u's B registers are loaded while part u - 1 is worked on */
+    /* the direct loads: part u's B registers of the first TG tiles are loaded while part u - 1 is worked on */
     int64_t part_chunks = (int64_t)bg.n_vec * 4;
     const uint4 *src = xh + (u0 * part_chunks + bg.j0 * 4) + c;
-    uint4 nb = STAGE || u0 >= u_end ? make_uint4(0, 0, 0, 0) : src[min(g, last) * 4];
+    uint4 bv[TG];
+#pragma unroll
+    for (int i = 0; i < TG; i++)
+        bv[i] = u0 >= u_end || i >= n_tiles ? make_uint4(0, 0, 0, 0) : src[min(i * 8 + g, last) * 4];
     for (int u = u0; u < u_end; u++) {
-        const h_stage *st = STAGE ? stages + ((u - u0) & 1) : nullptr;
-        if (STAGE) { /* as in mma_range */
-            if (u + 1 < u_end) stage_h(stages[(u + 1 - u0) & 1], xh, bg.j0, bg.n_vec, u + 1, bg.nv, lane);
-            stage_wait(u + 1 < u_end);
-        }
         if ((u - u0) % SPAN == 0) {
             kpart p;
             F::decode(raw[0], raw_part[0], p);
@@ -461,36 +466,33 @@ __device__ __forceinline__ void mma_range_h(const mma_rows &r, const b_group &bg
             __syncwarp(); /* every lane is done with the lines before */
             store_line(r.a_buf, lane, p);
         }
-        __syncwarp(); /* the lines and the stage are complete */
-        if (STAGE) nb = st->x[g][c];
-        const uint4 *next = u + 1 < u_end ? src + part_chunks : src; /* part u + 1's, in bounds */
+        __syncwarp(); /* the lines are complete */
         unsigned wa[2][4], ua[2][4];
         int first = SWIGLU ? 0 : 16 * ((u - u0) & 1);
         load_a(wa[0], r.a_buf, first, 0, lane);
         load_a(wa[1], r.a_buf, first, 1, lane);
         if (SWIGLU) load_a(ua[0], r.a_buf, 16, 0, lane), load_a(ua[1], r.a_buf, 16, 1, lane);
 #pragma unroll
-        for (int t = 0; t < TILES; t++) {
-            if (t >= n_tiles) break;
-            uint4 cb = nb;
-            if (STAGE && t + 1 < TILES) nb = st->x[(t + 1) * 8 + g][c];
-            if (!STAGE) nb = t + 1 < n_tiles ? src[min((t + 1) * 8 + g, last) * 4] : next[min(g, last) * 4];
-            mma_f16(acc[t], wa[0], cb.x, cb.y);
-            mma_f16(acc[t], wa[1], cb.z, cb.w);
-            if (SWIGLU) {
-                mma_f16(up_acc[t], ua[0], cb.x, cb.y);
-                mma_f16(up_acc[t], ua[1], cb.z, cb.w);
-            }
+        for (int t0 = 0; t0 < TILES; t0 += TG) {
+            if (t0 >= n_tiles) break;
+            /* columns past the group's vectors repeat its last: their results are not stored */
+            if (t0 > 0)
+#pragma unroll
+                for (int i = 0; i < TG && t0 + i < n_tiles; i++) bv[i] = src[min((t0 + i) * 8 + g, last) * 4];
+            h_tiles<SWIGLU, TG>(acc + t0, up_acc + t0, wa, ua, bv, n_tiles - t0);
         }
-        if (STAGE) __syncwarp();
-        src = next;
+        if (u + 1 < u_end) {
+            src += part_chunks;
+#pragma unroll
+            for (int i = 0; i < TG && i < n_tiles; i++) bv[i] = src[min(i * 8 + g, last) * 4];
+        }
     }
 }
 
 /* Bytes of a block's dynamic shared memory: the warps' partial sums, or with STAGE their two stages a warp first; */
 __host__ __device__ constexpr int mma_sums_bytes(bool swiglu, int warps, bool stage, bool half, int tiles) {
     int part = (swiglu ? 2 : 1) * (warps / 2) * tiles * 4 * 32 * (int)sizeof(float);
-    int st = stage ? warps * 2 * (int)(half ? sizeof(h_stage) : sizeof(b_stage)) : 0;
+    int st = stage ? warps * 2 * (int)sizeof(b_stage) : 0;
     return part > st ? part : st;
 }
 
@@ -543,10 +545,9 @@ __global__ void __launch_bounds__(32 * WARPS, TILES == 1 ? 24 / WARPS : 16 / WAR
     int64_t base_line = (int64_t)min(row0 + (lane & 15), n - 1) * blocks_per_row;
     unsigned char *a_buf = smem + mma_sums_bytes(SWIGLU, WARPS, STAGE, HALF_ACT, TILES) + warp * H_LINES_BYTES;
     mma_rows rows = {w, up, base_lo, base_hi, base_line, a_buf};
-    void *stages = !STAGE ? nullptr
-                   : HALF_ACT ? (void *)((h_stage *)smem + 2 * warp) : (void *)((b_stage *)smem + 2 * warp);
+    void *stages = STAGE ? (void *)((b_stage *)smem + 2 * warp) : nullptr;
     b_group grp = {qs, ds, j0, n_parts, nv, n_vec, stages};
-    if constexpr (HALF_ACT) mma_range_h<F, SWIGLU, STAGE, TILES>(rows, grp, u0, u_end, a, b);
+    if constexpr (HALF_ACT) mma_range_h<F, SWIGLU, TILES>(rows, grp, u0, u_end, a, b);
     else mma_range<F, SWIGLU, STAGE, TILES>(rows, grp, u0, u_end, a, b);
     /* the warps' partial sums: the upper half's go to the lower half, then the lower half's add in warp order */
     if (STAGE) __syncthreads(); /* no warp still reads its stages, which the sums overwrite */
@@ -853,20 +854,27 @@ static void launch_mma(int grid, dim3 block, cudaStream_t stream, const batch_jo
     launch_pdl_shared(kernel, grid, block, bytes, stream, job, n_parts, xq, n_vec, rope);
 }
 
-/* The mma kernel's forms: wide blocks (never staged), or 8 warps staged from stage_tiles() tiles; in half mode up
- * to 8 vectors take a one-tile form (a tile's sums do not depend on the others', so the bits are the same). */
+/* The mma kernel's forms: wide blocks (never staged), or 8 warps, in the int8 form staged from stage_tiles() tiles
+ * (half mode never stages: mma_range_h); half mode takes a one-tile form up to 8 vectors (a tile's sums do not
+ * depend on the others', so the bits are the same). */
 template <class F, bool SWIGLU, bool HALF_ACT>
 static void launch_mma_form(bool wide, int grid, dim3 block, cudaStream_t stream, const batch_job &job, int n_parts,
                             const void *xq, int n_vec, const batch_rope &rope) {
-    if (HALF_ACT && n_vec <= 8 && wide)
-        launch_mma<F, false, MMA_WARPS_WIDE, false, HALF_ACT, 1>(grid, block, stream, job, n_parts, xq, n_vec, rope);
-    else if (HALF_ACT && n_vec <= 8)
-        launch_mma<F, SWIGLU, MMA_WARPS, false, HALF_ACT, 1>(grid, block, stream, job, n_parts, xq, n_vec, rope);
-    else if (wide)
-        launch_mma<F, false, MMA_WARPS_WIDE, false, HALF_ACT>(grid, block, stream, job, n_parts, xq, n_vec, rope);
-    else if (n_vec >= stage_tiles() * 8)
-        launch_mma<F, SWIGLU, MMA_WARPS, true, HALF_ACT>(grid, block, stream, job, n_parts, xq, n_vec, rope);
-    else launch_mma<F, SWIGLU, MMA_WARPS, false, HALF_ACT>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+    if constexpr (HALF_ACT) {
+        if (n_vec <= 8 && wide)
+            launch_mma<F, false, MMA_WARPS_WIDE, false, true, 1>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+        else if (n_vec <= 8)
+            launch_mma<F, SWIGLU, MMA_WARPS, false, true, 1>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+        else if (wide)
+            launch_mma<F, false, MMA_WARPS_WIDE, false, true>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+        else launch_mma<F, SWIGLU, MMA_WARPS, false, true>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+    } else {
+        if (wide)
+            launch_mma<F, false, MMA_WARPS_WIDE, false, false>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+        else if (n_vec >= stage_tiles() * 8)
+            launch_mma<F, SWIGLU, MMA_WARPS, true, false>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+        else launch_mma<F, SWIGLU, MMA_WARPS, false, false>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+    }
 }
 
 /* ms[0..n_mats) share type and width (checked by the callers); rope.a.freq: the quantized kernels' rope stage. */
