@@ -306,7 +306,13 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
         }
         b_source src = {(const int *)bg.qs + (bg.j0 * bg.n_parts + u) * 8 + c,
                         (const __half *)(bg.ds + bg.j0 * bg.n_parts + u), bg.n_parts * 8, bg.n_parts * 2};
-        b_operands nb = STAGE ? load_b(*st, 0, g, c) : load_b(src, 0, g, c, last);
+        /* the B operands of the next WINDOW tiles are in flight while a tile's products are taken: one, or in the
+         * four-tile direct forms all four, asked for before the weights' unpacking */
+        constexpr int WINDOW = !STAGE && TILES == 4 ? 4 : 1;
+        b_operands nb[WINDOW];
+#pragma unroll
+        for (int i = 0; i < WINDOW; i++)
+            if (i == 0 || i < n_tiles) nb[i] = STAGE ? load_b(*st, i, g, c) : load_b(src, i, g, c, last);
         kpart lo, hi, ulo, uhi;
         unpack_part<F>(r.w, r.base_lo + u / F::parts, u % F::parts, lo);
         unpack_part<F>(r.w, r.base_hi + u / F::parts, u % F::parts, hi);
@@ -319,8 +325,9 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
 #pragma unroll
         for (int t = 0; t < TILES; t++) {
             if (t >= n_tiles) break;
-            b_operands cb = nb; /* the next tile's loads go out before this one's products */
-            if (t + 1 < TILES) nb = STAGE ? load_b(*st, t + 1, g, c) : load_b(src, t + 1, g, c, last);
+            b_operands cb = nb[t % WINDOW]; /* the loads WINDOW tiles on go out before this one's products */
+            if (t + WINDOW < TILES)
+                nb[t % WINDOW] = STAGE ? load_b(*st, t + WINDOW, g, c) : load_b(src, t + WINDOW, g, c, last);
             float tk[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
             if (F::has_min) {
                 int t0[4], t1[4];
@@ -869,10 +876,14 @@ static void launch_mma_form(bool wide, int grid, dim3 block, cudaStream_t stream
             launch_mma<F, false, MMA_WARPS_WIDE, false, true>(grid, block, stream, job, n_parts, xq, n_vec, rope);
         else launch_mma<F, SWIGLU, MMA_WARPS, false, true>(grid, block, stream, job, n_parts, xq, n_vec, rope);
     } else {
-        if (wide)
+        if (wide && n_vec <= 32)
+            launch_mma<F, false, MMA_WARPS_WIDE, false, false, 4>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+        else if (wide)
             launch_mma<F, false, MMA_WARPS_WIDE, false, false>(grid, block, stream, job, n_parts, xq, n_vec, rope);
         else if (n_vec >= stage_tiles() * 8)
             launch_mma<F, SWIGLU, MMA_WARPS, true, false>(grid, block, stream, job, n_parts, xq, n_vec, rope);
+        else if (n_vec <= 32)
+            launch_mma<F, SWIGLU, MMA_WARPS, false, false, 4>(grid, block, stream, job, n_parts, xq, n_vec, rope);
         else launch_mma<F, SWIGLU, MMA_WARPS, false, false>(grid, block, stream, job, n_parts, xq, n_vec, rope);
     }
 }
