@@ -258,9 +258,9 @@ static void prepare_input(kiln_cuda_batch *b, const float *in, int k, int T) {
 /* RMSNorm of T rows of src into b->h, and act_q from them where want_q. */
 static void norm_input(kiln_cuda_batch *b, float *src, const float *w, bool want_q, int T) {
     const kiln_config *cfg = &b->cm->cfg;
-    bool half = kiln_cuda_batch_half();
-    kiln_cuda_rmsnorm_rows(src, w, b->h, want_q && !half ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps, b->stream);
-    if (want_q && half) prepare_input(b, b->h, cfg->n_embd, T);
+    if (want_q && kiln_cuda_batch_half())
+        kiln_cuda_rmsnorm_rows_half(src, w, b->h, b->act_q, cfg->n_embd, T, cfg->rms_eps, b->stream);
+    else kiln_cuda_rmsnorm_rows(src, w, b->h, want_q ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps, b->stream);
 }
 
 /* x += W in for T rows: act_q from in (made here unless in_q says it already is) or in itself. */

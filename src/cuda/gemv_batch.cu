@@ -108,7 +108,7 @@ extern "C" bool kiln_cuda_batch_half(void) {
 
 extern "C" void kiln_cuda_batch_half_set(bool on) { half_mode = on; }
 
-/* Chunk i of the F32 rows (row-major: row, part, chunk) into the half mode's activations (mma_range_h's layout). */
+/* Chunk i of the F32 rows (row-major: row, part, chunk) into the half mode's activations (half_parts.cuh). */
 __global__ void to_half_parts_kernel(const float *x, uint4 *xh, int n_parts, int n_rows, int64_t n_chunks) {
     pdl_release_and_wait();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,4 +1,4 @@
-/* Launchers of the batched step over many sequences (gemv_batch.cu, attention_paged.cu, gather.cu), for
+/* Launchers of the batched step over many sequences (gemv_batch.cu, attention_paged.cu, gather.cu, norm.cu), for
  * forward_batch.c: the conventions of kernels.h (device pointers, enqueue only, Q8_1 activations field by field). */
 #ifndef KILN_CUDA_KERNELS_BATCH_H
 #define KILN_CUDA_KERNELS_BATCH_H
@@ -21,6 +21,10 @@ bool kiln_cuda_batch_half(void);
 void kiln_cuda_batch_half_set(bool on);
 /* The half mode's GEMV input from n_rows F32 rows of k values (k a multiple of 32): k * n_rows halves. */
 void kiln_cuda_batch_to_half(const float *x, void *xh, int k, int n_rows, cudaStream_t stream);
+/* kiln_cuda_rmsnorm_rows (no Q8_1) that also writes its rows as half-mode input into xh, the same halves as
+ * kiln_cuda_batch_to_half of out (n a multiple of 32): one launch where the split form applies. */
+void kiln_cuda_rmsnorm_rows_half(float *x, const float *w, float *out, void *xh, int n, int n_rows, float eps,
+                                 cudaStream_t stream);
 /* Q, K and V of n_vec vectors: one launch when the matrices share type and width, else one each. At most 3. */
 int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
                                const float *xf, int n_vec, cudaStream_t stream);

@@ -2,7 +2,9 @@
  * folded in (x += residual, then norm) and, optionally, the Q8_1 quantization of the result that the next GEMV
  * reads: one pass instead of three launches. */
 #include "cuda/cuda_common.cuh"
+#include "cuda/half_parts.cuh"
 #include "cuda/kernels.h"
+#include "cuda/kernels_batch.h"
 #include "cuda/q8_1.cuh"
 
 /* A thread holds QUADS runs of four consecutive values of the row (float4 loads of x, the residual and w), all
@@ -72,7 +74,8 @@ __global__ void __launch_bounds__(1024)
 
 template <int QUADS>
 __global__ void __launch_bounds__(NORM_SPLIT_THREADS)
-    rmsnorm_split_kernel(const float *x, const float *w, float *out, int8_t *out_q, int n, int n_rows, float eps) {
+    rmsnorm_split_kernel(const float *x, const float *w, float *out, int8_t *out_q, __half2 *out_h, int n, int n_rows,
+                         float eps) {
     int n4 = n / 4, mine = blockIdx.x * NORM_SPLIT_THREADS + threadIdx.x;
     int64_t base = (int64_t)blockIdx.y * n;
     const float4 *x4 = (const float4 *)(x + base), *w4 = (const float4 *)w;
@@ -98,12 +101,16 @@ __global__ void __launch_bounds__(NORM_SPLIT_THREADS)
     if (out_q)
         quantize_quad(o, mine < n4, (char4 *)(out_q + base) + mine,
                       (__half2 *)(out_q + (int64_t)n_rows * n) + (base / 4 + mine) / 8);
+    if (out_h && mine < n4) {
+        out_h[half_parts_pair(blockIdx.y, 4 * mine, n_rows)] = __floats2half2_rn(o.x, o.y);
+        out_h[half_parts_pair(blockIdx.y, 4 * mine + 2, n_rows)] = __floats2half2_rn(o.z, o.w);
+    }
 }
 
 /* The split form for rows of up to NORM_SPLIT_MAX_BLOCKS blocks (8192 values), unless KILN_CUDA_NORM_SPLIT=0 (read
  * at launch; for comparisons). False: not launched. */
-static bool launch_split(const float *x, const float *w, float *out, void *out_q, int n, int n_rows, float eps,
-                         cudaStream_t stream) {
+static bool launch_split(const float *x, const float *w, float *out, void *out_q, void *out_h, int n, int n_rows,
+                         float eps, cudaStream_t stream) {
     const char *e = getenv("KILN_CUDA_NORM_SPLIT");
     int blocks = div_up(n / 4, NORM_SPLIT_THREADS);
     if ((e && atoi(e) == 0) || n % 32 || blocks > NORM_SPLIT_MAX_BLOCKS) return false;
@@ -112,7 +119,8 @@ static bool launch_split(const float *x, const float *w, float *out, void *out_q
                   : blocks <= 4 ? rmsnorm_split_kernel<4>
                   : blocks <= 8 ? rmsnorm_split_kernel<8>
                                 : rmsnorm_split_kernel<16>;
-    launch_pdl(kernel, dim3(blocks, n_rows), NORM_SPLIT_THREADS, stream, x, w, out, (int8_t *)out_q, n, n_rows, eps);
+    launch_pdl(kernel, dim3(blocks, n_rows), NORM_SPLIT_THREADS, stream, x, w, out, (int8_t *)out_q, (__half2 *)out_h,
+               n, n_rows, eps);
     return true;
 }
 
@@ -131,6 +139,16 @@ extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *
  * KILN_CUDA_NORM_SPLIT=0 in one call, 1 to 64 sequences on llama3-8b and qwen2-1.5b: within 1% either way). */
 extern "C" void kiln_cuda_rmsnorm_rows(float *x, const float *w, float *out, void *out_q, int n, int n_rows, float eps,
                                        cudaStream_t stream) {
-    if (!launch_split(x, w, out, out_q, n, n_rows, eps, stream))
+    if (!launch_split(x, w, out, out_q, NULL, n, n_rows, eps, stream))
         kiln_cuda_rmsnorm(x, NULL, w, out, out_q, n, n_rows, eps, stream);
+}
+
+/* ... writing the half mode's F16 activations as well (the values kiln_cuda_batch_to_half would make of out), in
+ * the split form only. */
+extern "C" void kiln_cuda_rmsnorm_rows_half(float *x, const float *w, float *out, void *out_h, int n, int n_rows,
+                                            float eps, cudaStream_t stream) {
+    if (!launch_split(x, w, out, NULL, out_h, n, n_rows, eps, stream)) {
+        kiln_cuda_rmsnorm(x, NULL, w, out, NULL, n, n_rows, eps, stream);
+        kiln_cuda_batch_to_half(out, out_h, n, n_rows, stream);
+    }
 }

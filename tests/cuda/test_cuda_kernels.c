@@ -12,6 +12,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
+#include "cuda/kernels_batch.h"
 #include "gpu_quant.h"
 #include "gpu_test.h"
 #include "quant/quant.h"
@@ -367,7 +368,8 @@ static void check_rmsnorm(int n) {
 }
 
 /* A decode step's rows (kiln_cuda_rmsnorm_rows) against a double reference; their Q8_1 the very bytes the quantize
- * kernel makes of the normed rows; and the last row alone the same bytes as among the others. */
+ * kernel makes of the normed rows, their half-mode form (kiln_cuda_rmsnorm_rows_half) the very halves; and the
+ * last row alone the same bytes as among the others. */
 static void check_rmsnorm_rows(int n, int rows) {
     size_t all = (size_t)n * rows;
     float *x = malloc(sizeof(float) * all), *w = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * all);
@@ -381,7 +383,17 @@ static void check_rmsnorm_rows(int n, int rows) {
     kiln_cuda_rmsnorm_rows(dx, dw, dout, dq, n, rows, 1e-5f, 0);
     kiln_cuda_quantize_q8_1(dout, dq2, n, rows, 0);
     kiln_cuda_rmsnorm_rows(dx + all - n, dw, done, NULL, n, 1, 1e-5f, 0);
+    /* the half mode's form: the same F32 rows, and the very halves kiln_cuda_batch_to_half makes of them */
+    float *dout_h = gpu_alloc(sizeof(float) * all);
+    void *dh = gpu_alloc(sizeof(uint16_t) * all), *dh2 = gpu_alloc(sizeof(uint16_t) * all);
+    kiln_cuda_rmsnorm_rows_half(dx, dw, dout_h, dh, n, rows, 1e-5f, 0);
+    kiln_cuda_batch_to_half(dout, dh2, n, rows, 0);
     CUDA_SYNC();
+    float *out_h = malloc(sizeof(float) * all);
+    uint16_t *h = malloc(sizeof(uint16_t) * all), *h2 = malloc(sizeof(uint16_t) * all);
+    CUDA_OK(cudaMemcpy(out_h, dout_h, sizeof(float) * all, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h, dh, sizeof(uint16_t) * all, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h2, dh2, sizeof(uint16_t) * all, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(out, dout, sizeof(float) * all, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(one, done, sizeof(float) * n, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(all), cudaMemcpyDeviceToHost));
@@ -397,7 +409,9 @@ static void check_rmsnorm_rows(int n, int rows) {
     assert_true(rel_err(qb, ref, all) < 1e-2);
     assert_memory_equal(q, q2, Q8_1_BYTES(all));
     assert_memory_equal(one, out + all - n, sizeof(float) * n);
-    free(x), free(w), free(out), free(qb), free(one), free(ref), free(q), free(q2);
+    assert_memory_equal(out_h, out, sizeof(float) * all);
+    assert_memory_equal(h, h2, sizeof(uint16_t) * all);
+    free(x), free(w), free(out), free(qb), free(one), free(ref), free(q), free(q2), free(out_h), free(h), free(h2);
     gpu_free_all();
 }
 
