@@ -311,7 +311,7 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
         constexpr int WINDOW = !STAGE && TILES == 4 ? 4 : 1;
         b_operands nb[WINDOW];
 #pragma unroll
-        for (int i = 0; i < WINDOW; i++)
+        for (int i = 0; i < WINDOW; i++) /* a warp with parts has a first tile */
             if (i == 0 || i < n_tiles) nb[i] = STAGE ? load_b(*st, i, g, c) : load_b(src, i, g, c, last);
         kpart lo, hi, ulo, uhi;
         unpack_part<F>(r.w, r.base_lo + u / F::parts, u % F::parts, lo);
@@ -355,10 +355,9 @@ __device__ __forceinline__ void mma_range(const mma_rows &r, const b_group &bg, 
  * SWIGLU lanes 0-15 the gate's rows and 16-31 the up matrix's, else parts u and u + 1 of the 16 rows, every other
  * part), writes it in F16 to the warp's 32 lines in shared memory, and ldmatrix hands every lane its A registers:
  * each part is decoded once, where each lane decoding the parts of its two rows (the int8 form's way) took four
- * times the work. The activations' layout: part-major (part u of every vector, then part u + 1), a part's 32
- * values as four 16-byte chunks, chunk c holding values 2c, 2c+1, 2c+8, 2c+9 and the same plus 16 (this lane's B
- * registers of the part's two mmas, one load): a part of a group's vectors is one run of memory, a tile's lanes
- * reading whole 64-byte rows. Each part's B registers of every tile (four at a time with SWIGLU, whose eight would
+ * times the work. The activations' layout is half_parts.cuh's (chunk c of a part: this lane's B registers of the
+ * part's two mmas, one load): a part of a group's vectors is one run of memory, a tile's lanes reading whole
+ * 64-byte rows. Each part's B registers of every tile (four at a time with SWIGLU, whose eight would
  * spill) are loaded while the part before is worked on; staging them in shared memory by cp.async (the int8 form's
  * way) lost: H200, bench_cuda_batch, llama3-8b at 32 / 48 / 64 sequences 3,530 / 4,406-4,411 / 5,186 tok/s against
  * 4,031-4,036 / 5,121-5,125 / 6,126-6,131 (staging the SwiGLU form alone: even at 48 and 64, -3% at 32). */
@@ -497,7 +496,7 @@ __device__ __forceinline__ void mma_range_h(const mma_rows &r, const b_group &bg
 }
 
 /* Bytes of a block's dynamic shared memory: the warps' partial sums, or with STAGE their two stages a warp first; */
-__host__ __device__ constexpr int mma_sums_bytes(bool swiglu, int warps, bool stage, bool half, int tiles) {
+__host__ __device__ constexpr int mma_sums_bytes(bool swiglu, int warps, bool stage, int tiles) {
     int part = (swiglu ? 2 : 1) * (warps / 2) * tiles * 4 * 32 * (int)sizeof(float);
     int st = stage ? warps * 2 * (int)sizeof(b_stage) : 0;
     return part > st ? part : st;
@@ -505,7 +504,7 @@ __host__ __device__ constexpr int mma_sums_bytes(bool swiglu, int warps, bool st
 
 /* ... and after them, in half mode, each warp's F16 lines. */
 __host__ __device__ constexpr int mma_shared_bytes(bool swiglu, int warps, bool stage, bool half, int tiles) {
-    return mma_sums_bytes(swiglu, warps, stage, half, tiles) + (half ? warps * H_LINES_BYTES : 0);
+    return mma_sums_bytes(swiglu, warps, stage, tiles) + (half ? warps * H_LINES_BYTES : 0);
 }
 
 /* Block: WARPS warps over the same MMA_ROWS rows; grid: row blocks x groups of 8 * TILES vectors. With SWIGLU,
@@ -550,7 +549,7 @@ __global__ void __launch_bounds__(32 * WARPS, TILES == 1 ? 24 / WARPS : 16 / WAR
     constexpr int HALF = WARPS / 2;
     extern __shared__ __align__(16) unsigned char smem[];
     int64_t base_line = (int64_t)min(row0 + (lane & 15), n - 1) * blocks_per_row;
-    unsigned char *a_buf = smem + mma_sums_bytes(SWIGLU, WARPS, STAGE, HALF_ACT, TILES) + warp * H_LINES_BYTES;
+    unsigned char *a_buf = smem + mma_sums_bytes(SWIGLU, WARPS, STAGE, TILES) + warp * H_LINES_BYTES;
     mma_rows rows = {w, up, base_lo, base_hi, base_line, a_buf};
     void *stages = STAGE ? (void *)((b_stage *)smem + 2 * warp) : nullptr;
     b_group grp = {qs, ds, j0, n_parts, nv, n_vec, stages};

@@ -143,8 +143,8 @@ extern "C" void kiln_cuda_rmsnorm_rows(float *x, const float *w, float *out, voi
         kiln_cuda_rmsnorm(x, NULL, w, out, out_q, n, n_rows, eps, stream);
 }
 
-/* ... writing the half mode's F16 activations as well (the values kiln_cuda_batch_to_half would make of out), in
- * the split form only. */
+/* ... writing the half mode's F16 activations as well (the values kiln_cuda_batch_to_half makes of out): one launch
+ * in the split form, else the norm and then the conversion. */
 extern "C" void kiln_cuda_rmsnorm_rows_half(float *x, const float *w, float *out, void *out_h, int n, int n_rows,
                                             float eps, cudaStream_t stream) {
     if (!launch_split(x, w, out, NULL, out_h, n, n_rows, eps, stream)) {
