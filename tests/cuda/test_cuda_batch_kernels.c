@@ -360,7 +360,7 @@ static void test_gemv_batch_qkv_rope(void **state) {
 }
 
 /* Half mode: every quantized type against the reference within gemv_bound, and each form's batch invariance (one to
- * four and twelve vectors, the direct loads, against the same among 83, staged): 16-warp and 8-warp blocks, K-quant
+ * four and twelve vectors against the same among 83; half mode never stages): 16-warp and 8-warp blocks, K-quant
  * blocks spanning ranges, the long rows, SwiGLU, three matrices, the rope stage. */
 static void test_gemv_batch_half(void **state) {
     SKIP_WITHOUT_GPU();
