@@ -2,7 +2,7 @@
  * rows sit in fixed-size blocks named by its block table. One launch stores every token's rotated K and its V into
  * its own slot (where the Q/K/V GEMV does not in its epilogue: paged_rope.cuh); then split-K flash decoding runs
  * per (head, token) over the positions that token sees, found through its table, and a merge kernel combines the
- * slices (and quantizes the result for the output projection).
+ * slices (and writes the result as the output projection's input too: Q8_1, or half mode's F16).
  *
  * Batch invariance: a token's slices depend only on how many positions it sees (never on the step's other tokens),
  * and the merge adds them in slice order, so its attention output is the same whoever shares the step.
@@ -13,6 +13,7 @@
 
 #include "cuda/attention_slice.cuh"
 #include "cuda/cuda_common.cuh"
+#include "cuda/half_parts.cuh"
 #include "cuda/kernels_batch.h"
 #include "cuda/paged_rope.cuh"
 #include "cuda/rope_head.cuh"
@@ -112,9 +113,10 @@ __global__ void __launch_bounds__(32 * PAGED_WARPS)
 }
 
 /* One block per (head, token), a thread per dim; with out_q the merged row is also quantized to Q8_1 (a warp holds
- * 32 consecutive dims, one Q8_1 block). Only the slices the token's length gives are read. */
+ * 32 consecutive dims, one Q8_1 block), with out_h written as half mode's F16 input (half_parts.cuh). Only the
+ * slices the token's length gives are read. */
 __global__ void attn_paged_merge_kernel(kiln_cuda_paged_args a, const int32_t *d_pos, const float *part, float *out,
-                                        int8_t *out_q, int n_tokens) {
+                                        int8_t *out_q, __half *out_h, int n_tokens) {
     pdl_release_and_wait();
     int head = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int hd = a.head_dim;
@@ -131,7 +133,9 @@ __global__ void attn_paged_merge_kernel(kiln_cuda_paged_args a, const int32_t *d
         num += ps[2 + d] * w;
         den += ps[1] * w;
     }
-    store_merged(num / den, out, out_q, ((int64_t)t * a.n_head + head) * hd + d, (int64_t)n_tokens * a.n_head * hd);
+    float o = num / den;
+    if (out_h) out_h[half_parts_at(t, head * hd + d, n_tokens)] = __float2half_rn(o);
+    store_merged(o, out, out_q, ((int64_t)t * a.n_head + head) * hd + d, (int64_t)n_tokens * a.n_head * hd);
 }
 
 extern "C" void kiln_cuda_rope_store_paged(const kiln_cuda_paged_args *a, float *q, const float *k, const float *v,
@@ -207,7 +211,8 @@ extern "C" int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const fl
 #undef X
     default: return -1;
     }
+    bool half = kiln_cuda_batch_half();
     launch_pdl(attn_paged_merge_kernel, dim3(a->n_head, n_tokens), a->head_dim, stream, *a, d_pos, part, out,
-               (int8_t *)out_q, n_tokens);
+               half ? nullptr : (int8_t *)out_q, half ? (__half *)out_q : nullptr, n_tokens);
     return 0;
 }

@@ -243,10 +243,10 @@ static int pack_inputs(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs
     return n_tab;
 }
 
-/* Where a kernel that makes a GEMV's input may also write its Q8_1 form: act_q for quantized matrices, NULL for
- * float ones and in half mode (whose F16 form prepare_input makes). */
-static const void *q8_or_null(const kiln_cuda_batch *b, const kiln_cuda_matrix *m) {
-    return kiln_cuda_type_uses_q8_1(m->type) && !kiln_cuda_batch_half() ? b->act_q : NULL;
+/* Where a kernel that makes a GEMV's input may also write its quantized-GEMV form (Q8_1, or half mode's F16):
+ * act_q for quantized matrices, NULL for float ones. */
+static const void *input_or_null(const kiln_cuda_batch *b, const kiln_cuda_matrix *m) {
+    return kiln_cuda_type_uses_q8_1(m->type) ? b->act_q : NULL;
 }
 
 /* act_q from T rows of k values: their Q8_1, or in half mode their F16 form. */
@@ -263,10 +263,35 @@ static void norm_input(kiln_cuda_batch *b, float *src, const float *w, bool want
     else kiln_cuda_rmsnorm_rows(src, w, b->h, want_q ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps, b->stream);
 }
 
-/* x += W in for T rows: act_q from in (made here unless in_q says it already is) or in itself. */
-static int residual(kiln_cuda_batch *b, const kiln_cuda_matrix *m, const float *in, bool in_q, int T) {
-    if (kiln_cuda_type_uses_q8_1(m->type) && !in_q) prepare_input(b, in, m->k, T);
-    return kiln_cuda_gemv_batch(m, b->act_q, in, T, b->x, true, b->stream);
+/* x += W in for T rows: the quantized GEMV's input xq where the kernel before made it, else act_q made here from
+ * in (float weights take in itself). */
+static int residual(kiln_cuda_batch *b, const kiln_cuda_matrix *m, const float *in, const void *xq, int T) {
+    if (kiln_cuda_type_uses_q8_1(m->type) && !xq) prepare_input(b, in, m->k, T);
+    return kiln_cuda_gemv_batch(m, xq ? xq : b->act_q, in, T, b->x, true, b->stream);
+}
+
+/* The feed-forward block of T rows from b->h (and act_q where gate_q): x += down(silu(gate h) * (up h)). In half
+ * mode the SwiGLU launch writes the down projection's F16 input itself, into ff (act_q still holds its own input). */
+static int feed_forward(kiln_cuda_batch *b, const kiln_cuda_layer *L, bool gate_q, int T) {
+    const kiln_config *cfg = &b->cm->cfg;
+    const void *hq = gate_q ? b->act_q : NULL;
+    mark(b, KILN_OP_GATE_UP, mbytes(&L->gate) + mbytes(&L->up));
+    if (kiln_cuda_batch_half() && kiln_cuda_type_uses_q8_1(L->down.type) &&
+        kiln_cuda_gemv_batch_swiglu_half(&L->gate, &L->up, hq, T, b->ff, b->stream) == 0) {
+        mark(b, KILN_OP_DOWN, mbytes(&L->down));
+        return residual(b, &L->down, NULL, b->ff, T);
+    }
+    if (L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes) {
+        if (kiln_cuda_gemv_batch_swiglu(&L->gate, &L->up, hq, b->h, T, b->ff, b->stream)) return -1;
+    } else {
+        if (!gate_q && kiln_cuda_type_uses_q8_1(L->up.type)) prepare_input(b, b->h, cfg->n_embd, T);
+        if (kiln_cuda_gemv_batch(&L->gate, b->act_q, b->h, T, b->ff, false, b->stream) ||
+            kiln_cuda_gemv_batch(&L->up, b->act_q, b->h, T, b->ff2, false, b->stream))
+            return -1;
+        kiln_cuda_swiglu(b->ff, b->ff2, b->ff, (int64_t)T * cfg->n_ff, b->stream);
+    }
+    mark(b, KILN_OP_DOWN, mbytes(&L->down));
+    return residual(b, &L->down, b->ff, NULL, T);
 }
 
 static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
@@ -295,30 +320,18 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
         kiln_cuda_rope_store_paged(&pa, b->q, b->k, b->v, L->bq, L->bk, L->bv, kc, vc, d->pos, d->slot, T,
                                    b->stream);
     }
-    const void *attn_q = q8_or_null(b, &L->wo);
+    const void *attn_q = input_or_null(b, &L->wo);
     mark(b, KILN_OP_ATTENTION, 0);
     if (kiln_cuda_attention_paged(&pa, b->q, kc, vc, d->pos, d->tables, d->table_off, T, b->step_positions,
                                   b->part, b->attn, (void *)attn_q, b->stream))
         return -1;
     mark(b, KILN_OP_WO, mbytes(&L->wo));
-    if (residual(b, &L->wo, b->attn, attn_q != NULL, T)) return -1;
+    if (residual(b, &L->wo, b->attn, attn_q, T)) return -1;
 
     bool gate_q = kiln_cuda_type_uses_q8_1(L->gate.type);
-    const void *hq = gate_q ? b->act_q : NULL;
     mark(b, KILN_OP_NORM, 0);
     norm_input(b, b->x, L->ffn_norm, gate_q, T);
-    mark(b, KILN_OP_GATE_UP, mbytes(&L->gate) + mbytes(&L->up));
-    if (L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes) {
-        if (kiln_cuda_gemv_batch_swiglu(&L->gate, &L->up, hq, b->h, T, b->ff, b->stream)) return -1;
-    } else {
-        if (!gate_q && kiln_cuda_type_uses_q8_1(L->up.type)) prepare_input(b, b->h, cfg->n_embd, T);
-        if (kiln_cuda_gemv_batch(&L->gate, b->act_q, b->h, T, b->ff, false, b->stream) ||
-            kiln_cuda_gemv_batch(&L->up, b->act_q, b->h, T, b->ff2, false, b->stream))
-            return -1;
-        kiln_cuda_swiglu(b->ff, b->ff2, b->ff, (int64_t)T * cfg->n_ff, b->stream);
-    }
-    mark(b, KILN_OP_DOWN, mbytes(&L->down));
-    return residual(b, &L->down, b->ff, false, T);
+    return feed_forward(b, L, gate_q, T);
 }
 
 static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/half_parts.cuh"
 #include "cuda/kernels_batch.h"
 #include "cuda/paged_rope.cuh"
 #include "cuda/quant_unpack.cuh"
@@ -27,6 +28,7 @@ struct batch_job {
     int first[BATCH_MAX_MATS]; /* matrix m's first row block */
     int n_mats;
     bool accumulate;
+    __half *yh; /* half mode with SwiGLU: the results as the next GEMV's F16 input (half_parts.cuh), not into y */
 };
 
 /* The matrix of row block rb, picked with constant indices (a run-time index would put the job in local memory). */
@@ -56,8 +58,12 @@ __device__ __forceinline__ void store(float *y, int64_t i, float v, bool accumul
 /* Launches of fewer row blocks than the GPU has SMs (qwen2-1.5b's output and down projections: 96 blocks of 16 rows)
  * take 16 warps a block instead, each half the row's parts: twice the warps at work on the SMs they have. Chosen by
  * the matrix alone, so a vector's sums keep one order whatever the batch. Without SwiGLU only (its partial sums
- * would pass 48 KB of shared memory). KILN_CUDA_BATCH_WIDE=0 never takes it (read once, for comparisons: the
- * batched step launches eagerly, so an environment read at each launch would be a few hundred a step). */
+ * would pass 48 KB of shared memory). In half mode, 16 warps wherever one such block an SM fills the launch's last
+ * wave better than two of 8 (llama3-8b's Q/K/V, 384 blocks: 2.9 waves against 1.45; both shapes' gate/up) lost:
+ * H200, bench_cuda_batch, llama3-8b at 8 / 32 / 64 sequences 1,212-1,213 / 3,951-3,958 / 6,082-6,094 tok/s against
+ * 1,282-1,285 / 4,080-4,087 / 6,223-6,240, qwen2-1.5b 4,080-4,091 / 12,414-12,478 / 19,132-19,133 against
+ * 4,363-4,390 / 13,313-13,329 / 19,922-19,974. KILN_CUDA_BATCH_WIDE=0 never takes it (read once, for comparisons:
+ * the batched step launches eagerly, so an environment read at each launch would be a few hundred a step). */
 #define MMA_WARPS_WIDE 16
 #define ONES 0x01010101
 
@@ -587,7 +593,8 @@ __global__ void __launch_bounds__(32 * WARPS, TILES == 1 ? 24 / WARPS : 16 / WAR
             if (SWIGLU) vb += part[SWIGLU ? 1 : 0][k][t][i][lane];
         }
         int64_t at = (int64_t)(j0 + v) * n + row;
-        if (SWIGLU) y[at] = silu(va) * vb;
+        if (SWIGLU && job.yh) job.yh[half_parts_at(j0 + v, row, n_vec)] = __float2half_rn(silu(va) * vb);
+        else if (SWIGLU) y[at] = silu(va) * vb;
         else if (roped) vals[v * MMA_ROWS + row - row0] = va;
         else store(y, at, va, job.accumulate);
     }
@@ -849,13 +856,14 @@ static void launch_small(int share, int row_blocks, cudaStream_t stream, const b
                                                                rope);
 }
 
-/* The mma kernel's form with its dynamic shared memory (allowed past 48 KB at its first launch). */
+/* The mma kernel's form with its dynamic shared memory (allowed at its first launch: with the static shared memory,
+ * the rope stage's, a block may pass 48 KB even where its dynamic part does not). */
 template <class F, bool SWIGLU, int WARPS, bool STAGE, bool HALF_ACT, int TILES = MMA_TILES>
 static void launch_mma(int grid, dim3 block, cudaStream_t stream, const batch_job &job, int n_parts, const void *xq,
                        int n_vec, const batch_rope &rope) {
     constexpr int bytes = mma_shared_bytes(SWIGLU, WARPS, STAGE, HALF_ACT, TILES);
     auto kernel = gemv_batch_mma_kernel<F, SWIGLU, WARPS, STAGE, HALF_ACT, TILES>;
-    static bool allowed = bytes <= 48 * 1024;
+    static bool allowed = false;
     if (!allowed) allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == 0;
     launch_pdl_shared(kernel, grid, block, bytes, stream, job, n_parts, xq, n_vec, rope);
 }
@@ -890,7 +898,8 @@ static void launch_mma_form(bool wide, int grid, dim3 block, cudaStream_t stream
 /* ms[0..n_mats) share type and width (checked by the callers); rope.a.freq: the quantized kernels' rope stage. */
 template <bool SWIGLU>
 static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
-                        const float *xf, int n_vec, bool accumulate, const batch_rope &rope, cudaStream_t stream) {
+                        const float *xf, int n_vec, bool accumulate, const batch_rope &rope, cudaStream_t stream,
+                        __half *yh = nullptr) {
     const kiln_cuda_matrix *m0 = ms[0];
     bool quant = kiln_cuda_type_uses_q8_1(m0->type);
     int n_parts = m0->k / 32, mma_blocks = 0;
@@ -907,6 +916,7 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
     batch_job job = {};
     job.n_mats = n_mats;
     job.accumulate = accumulate;
+    job.yh = yh;
     int row_blocks = 0;
     for (int i = 0; i < n_mats; i++) {
         job.wf[i] = (const uint8_t *)ms[i]->data;
@@ -1024,4 +1034,14 @@ extern "C" int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const k
     const kiln_cuda_matrix *ms[2] = {gate, up};
     float *ys[2] = {y, y};
     return launch_batch<true>(ms, ys, 2, xq, xf, n_vec, false, batch_rope{}, stream);
+}
+
+extern "C" int kiln_cuda_gemv_batch_swiglu_half(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up,
+                                                const void *xq, int n_vec, void *yh, cudaStream_t stream) {
+    if (!kiln_cuda_batch_half() || !kiln_cuda_type_uses_q8_1(gate->type)) return -1;
+    if (gate->type != up->type || gate->k != up->k || gate->n != up->n || gate->row_bytes != up->row_bytes) return -1;
+    if (!kiln_cuda_type_supported(gate->type, gate->k) || n_vec < 1 || gate->n % 32) return -1;
+    const kiln_cuda_matrix *ms[2] = {gate, up};
+    float *ys[2] = {nullptr, nullptr};
+    return launch_batch<true>(ms, ys, 2, xq, nullptr, n_vec, false, batch_rope{}, stream, (__half *)yh);
 }

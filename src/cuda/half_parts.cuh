@@ -12,4 +12,9 @@ __device__ __forceinline__ int64_t half_parts_pair(int64_t row, int e, int n_row
     return (((int64_t)(e >> 5) * n_rows + row) * 4 + ((r & 7) >> 1)) * 4 + (r >> 3);
 }
 
+/* The half index of value e of row `row` among n_rows. */
+__device__ __forceinline__ int64_t half_parts_at(int64_t row, int e, int n_rows) {
+    return 2 * half_parts_pair(row, e & ~1, n_rows) + (e & 1);
+}
+
 #endif

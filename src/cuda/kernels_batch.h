@@ -31,6 +31,10 @@ int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *
 /* y[j] = silu(gate x_j) * (up x_j); gate and up of the same type and shape. */
 int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
                                 const float *xf, int n_vec, float *y, cudaStream_t stream);
+/* Half mode, quantized gate and up of a height that is a multiple of 32: the same results as the next GEMV's F16
+ * input, the halves kiln_cuda_batch_to_half makes of y, written into yh (n_vec * gate->n halves); -1 otherwise. */
+int kiln_cuda_gemv_batch_swiglu_half(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
+                                     int n_vec, void *yh, cudaStream_t stream);
 
 /* A paged KV cache: per layer [n_blocks][n_head_kv][block_size][head_dim] halves; a sequence names its blocks in a
  * block table (position p lives in block table[p / block_size], row p % block_size). */
@@ -61,7 +65,7 @@ bool kiln_cuda_gemv_batch_rope_fits(const kiln_cuda_matrix *const *ms, const kil
 /* Attention of n_tokens tokens, token t seeing positions 0..d_pos[t] through its block table d_tables +
  * d_table_off[t]: split-K flash decoding in slices of KILN_CUDA_DECODE_MIN_CHUNK positions or more (up to
  * KILN_CUDA_DECODE_SPLITS, chosen from the token's own length), then a merge into out [n_tokens][n_head * head_dim]
- * and, with out_q, its Q8_1 form. part: n_tokens * n_head * KILN_CUDA_DECODE_SPLITS * (head_dim + 2) floats.
+ * and, with out_q, its form as a quantized GEMV's input: Q8_1, or in half mode F16 (kiln_cuda_batch_to_half's). part: n_tokens * n_head * KILN_CUDA_DECODE_SPLITS * (head_dim + 2) floats.
  * max_n_pos: the most positions a token of the launch sees (at least every d_pos[t] + 1), which sizes the grid: no
  * blocks for slices no token has. */
 int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, const void *k_cache, const void *v_cache,

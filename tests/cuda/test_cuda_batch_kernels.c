@@ -64,6 +64,20 @@ static batch_input make_input(bool quantized, int k, int n_vec) {
     return in;
 }
 
+/* dh, a kernel's half-mode input for the next GEMV from n_rows device rows of k values dx, holds the very halves
+ * kiln_cuda_batch_to_half makes of them. */
+static void assert_half_input(const void *dh, const float *dx, int k, int n_rows) {
+    size_t bytes = INPUT_BYTES((size_t)k * n_rows);
+    void *want = gpu_alloc(bytes);
+    kiln_cuda_batch_to_half(dx, want, k, n_rows, 0);
+    uint8_t *a = malloc(bytes), *b = malloc(bytes);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(a, dh, bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b, want, bytes, cudaMemcpyDeviceToHost));
+    assert_memory_equal(a, b, bytes);
+    free(a), free(b);
+}
+
 static double dot(const float *w, const float *x, int k) {
     double s = 0;
     for (int i = 0; i < k; i++) s += (double)w[i] * x[i];
@@ -107,6 +121,11 @@ static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
     fprintf(stderr, "gemv_batch%s %-5s %d rows, %d vectors rel err %.2e\n", swiglu ? "+swiglu" : "",
             kiln_type_name(type), n, n_vec, e);
     assert_true(e < (quantized ? gemv_bound() : 1e-5));
+    if (swiglu && quantized && kiln_cuda_batch_half() && n % 32 == 0) { /* the down projection's input directly */
+        void *dyh = gpu_alloc(INPUT_BYTES((size_t)n * n_vec));
+        assert_int_equal(kiln_cuda_gemv_batch_swiglu_half(&m, &mu, in.dq, n_vec, dyh, 0), 0);
+        assert_half_input(dyh, dy, n, n_vec);
+    }
 
     const int counts[] = {1, 2, 3, 4, 12}; /* up to four vectors take the small kernel where their rows allow */
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
@@ -361,7 +380,8 @@ static void test_gemv_batch_qkv_rope(void **state) {
 
 /* Half mode: every quantized type against the reference within gemv_bound, and each form's batch invariance (one to
  * four and twelve vectors against the same among 83; half mode never stages): 16-warp and 8-warp blocks, K-quant
- * blocks spanning ranges, the long rows, SwiGLU, three matrices, the rope stage. */
+ * blocks spanning ranges, the long rows, SwiGLU (also writing the down projection's F16 input), three matrices, the
+ * rope stage. */
 static void test_gemv_batch_half(void **state) {
     SKIP_WITHOUT_GPU();
     kiln_cuda_batch_half_set(true);
@@ -372,10 +392,25 @@ static void test_gemv_batch_half(void **state) {
     const kiln_type swiglu[] = {KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, KILN_TYPE_Q3_K};
     for (size_t i = 0; i < sizeof swiglu / sizeof swiglu[0]; i++) check_gemv_batch(swiglu[i], true, 37, 512);
     check_gemv_batch(KILN_TYPE_Q4_K, true, 37, 4096);
+    check_gemv_batch(KILN_TYPE_Q6_K, true, 96, 512);
     test_gemv_batch_multi(state);
     const kiln_type mixed[3] = {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
     check_qkv_rope(mixed, 40, 64);
     kiln_cuda_batch_half_set(false);
+}
+
+/* The Q8_1 copy dq of n device values out (host copy): within half a step of each block's scale. */
+static void check_q8_1_copy(const void *dq, const float *out, int n) {
+    uint8_t *oq = malloc(Q8_1_BYTES(n));
+    float *back = malloc(sizeof(float) * n);
+    CUDA_OK(cudaMemcpy(oq, dq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
+    dequant_q8_1(oq, n, back);
+    double *outd = malloc(sizeof(double) * n);
+    for (int i = 0; i < n; i++) outd[i] = out[i];
+    double eq = rel_err(back, outd, (size_t)n);
+    fprintf(stderr, "  its Q8_1 %.2e\n", eq);
+    assert_true(eq < 2e-2);
+    free(oq), free(back), free(outd);
 }
 
 /* Tokens of lengths 1 (one slice) to 1100 (all slices, longer than 32 positions each) through shuffled block
@@ -430,7 +465,7 @@ static void check_attention(int hd) {
     void *dkc = gpu_upload(kc, sizeof(kiln_half) * cache_n), *dvc = gpu_upload(vc, sizeof(kiln_half) * cache_n);
     float *dq = gpu_upload(q, sizeof(float) * T * qd), *dout = gpu_alloc(sizeof(float) * T * qd);
     float *part = gpu_alloc(sizeof(float) * T * n_head * KILN_CUDA_DECODE_SPLITS * (hd + 2));
-    void *dout_q = gpu_alloc(Q8_1_BYTES(T * qd));
+    void *dout_q = gpu_alloc(INPUT_BYTES(T * qd));
     int32_t *dtab = gpu_upload(tables, sizeof(int32_t) * n_tab), *doff = gpu_upload(off, sizeof off);
     int32_t *dpos = gpu_upload(pos, sizeof pos);
     kiln_cuda_paged_args a = {n_head, n_head_kv, hd, hd, BS, false, 1.0f, NULL};
@@ -438,17 +473,10 @@ static void check_attention(int hd) {
     assert_int_equal(kiln_cuda_attention_paged(&a, dq, dkc, dvc, dpos, dtab, doff, T, 1100, part, dout, dout_q, 0), 0);
     float *out = download(dout, (size_t)T * qd);
     double e = rel_err(out, ref, (size_t)T * qd);
-    /* the Q8_1 copy: within half a step of each block's scale */
-    uint8_t *oq = malloc(Q8_1_BYTES(T * qd));
-    float *back = malloc(sizeof(float) * T * qd);
-    CUDA_OK(cudaMemcpy(oq, dout_q, Q8_1_BYTES(T * qd), cudaMemcpyDeviceToHost));
-    dequant_q8_1(oq, T * qd, back);
-    double *outd = malloc(sizeof(double) * T * qd);
-    for (int i = 0; i < T * qd; i++) outd[i] = out[i];
-    double eq = rel_err(back, outd, (size_t)T * qd);
-    fprintf(stderr, "attention_paged hd %d: rel err %.2e, its Q8_1 %.2e\n", hd, e, eq);
+    fprintf(stderr, "attention_paged hd %d%s: rel err %.2e\n", hd, kiln_cuda_batch_half() ? " (half mode)" : "", e);
     assert_true(e < 1e-5);
-    assert_true(eq < 2e-2);
+    if (kiln_cuda_batch_half()) assert_half_input(dout_q, dout, qd, T); /* out_q: the F16 input instead */
+    else check_q8_1_copy(dout_q, out, T * qd);
 
     float *dout1 = gpu_alloc(sizeof(float) * qd);
     /* token 1 alone, in a grid of its own 2 slices where the batch's had 32, a block a head: the same bits */
@@ -458,15 +486,19 @@ static void check_attention(int hd) {
     kiln_cuda_attention_paged_group(-1);
     float *out1 = download(dout1, qd);
     assert_memory_equal(out1, out + qd, sizeof(float) * qd);
-    free(kc), free(vc), free(q), free(ref), free(s), free(out), free(oq), free(back), free(outd), free(out1);
+    free(kc), free(vc), free(q), free(ref), free(s), free(out), free(out1);
     gpu_free_all();
 }
 
+/* The attention in both modes: its out_q as Q8_1 or as half mode's F16. */
 static void test_attention_paged(void **state) {
     SKIP_WITHOUT_GPU();
     check_attention(64);
     check_attention(128);
     check_attention(256);
+    kiln_cuda_batch_half_set(true);
+    check_attention(128);
+    kiln_cuda_batch_half_set(false);
 }
 
 static void test_gather_rows(void **state) {
