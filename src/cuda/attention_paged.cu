@@ -36,6 +36,84 @@ __global__ void rope_store_paged_kernel(kiln_cuda_paged_args a, float *q, const 
  * round trips where a position at a time cost two a position (its row's table entry, then its rows). */
 #define PAGED_AHEAD 8
 
+/* The 32 partial sums of a lane (index gq * 8 + i: head gq of a quad, position i of a round) summed over the warp
+ * by halving exchanges, each lane keeping the half its lane bit names: then lane L holds the whole sum of index L.
+ * 31 shuffles where a warp_sum each took 160; the pairs are warp_sum's (lane L and L ^ 16 first, then 8, ...), so
+ * every sum has warp_sum's bits. */
+template <int W = 16>
+__device__ __forceinline__ float reduce_scatter32(float (&v)[32], int lane) {
+    bool up = lane & W;
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        float keep = up ? v[j + W] : v[j], send = up ? v[j] : v[j + W];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, W);
+    }
+    if constexpr (W > 1) return reduce_scatter32<W / 2>(v, lane);
+    else return v[0];
+}
+
+/* x[i] of a constant-indexed array picked by a run-time i < N (no local memory). */
+template <int N>
+__device__ __forceinline__ float pick_of(const float (&x)[N], int i) {
+    float r = x[0];
+#pragma unroll
+    for (int j = 1; j < N; j++) r = i == j ? x[j] : r;
+    return r;
+}
+
+/* One round of the split kernel for heads q0..q0+3 (those below G) of a block: each head's scores of the round's
+ * PAGED_AHEAD positions (lane gq * 8 + i holds head gq's score of position i after reduce_scatter32), the online
+ * softmax, then the V rows into acc. Each lane takes one exp of a score where each took all of them (and shuffles
+ * it to the others); the scores, maxima, exps and sums are those of the head-by-head form it replaced, in the same
+ * order. */
+template <int D, int G>
+__device__ __forceinline__ void quad_round(int q0, const float (&qr)[G][D], const halves<D> (&kf)[PAGED_AHEAD],
+                                           const halves<D> (&vf)[PAGED_AHEAD], int p0, int end, int lane,
+                                           float (&m)[G], float (&l)[G], float (&acc)[G][D]) {
+    static_assert(PAGED_AHEAD == 8, "a quad's 4 heads of 8 positions are a warp's 32 lanes");
+    float v[32];
+#pragma unroll
+    for (int gq = 0; gq < 4; gq++)
+#pragma unroll
+        for (int i = 0; i < PAGED_AHEAD; i++) {
+            float x = 0.0f;
+            if (q0 + gq < G)
+#pragma unroll
+                for (int d = 0; d < D; d++) x += qr[q0 + gq < G ? q0 + gq : 0][d] * half_at<D>(kf[i], d);
+            v[gq * 8 + i] = x;
+        }
+    float s = reduce_scatter32(v, lane);
+    bool valid = p0 + (lane & 7) * PAGED_WARPS < end;
+    float sm = valid ? s : -INFINITY; /* the head's maximum over the round's positions: its 8 lanes */
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sm = fmaxf(sm, __shfl_xor_sync(0xffffffffu, sm, o));
+    float mx[4];
+#pragma unroll
+    for (int gq = 0; gq < 4; gq++) {
+        int g = q0 + gq < G ? q0 + gq : 0;
+        mx[gq] = fmaxf(m[g], __shfl_sync(0xffffffffu, sm, gq * 8));
+    }
+    float w = valid ? expf(s - pick_of(mx, lane >> 3)) : 0.0f;
+#pragma unroll
+    for (int gq = 0; gq < 4; gq++) {
+        int g = q0 + gq;
+        if (g >= G) break;
+        float corr = expf(m[g] - mx[gq]); /* 0 on the first round (m = -inf) */
+        l[g] *= corr;
+#pragma unroll
+        for (int d = 0; d < D; d++) acc[g][d] *= corr;
+#pragma unroll
+        for (int i = 0; i < PAGED_AHEAD; i++) {
+            float wi = __shfl_sync(0xffffffffu, w, gq * 8 + i);
+            if (p0 + i * PAGED_WARPS >= end) continue;
+            l[g] += wi;
+#pragma unroll
+            for (int d = 0; d < D; d++) acc[g][d] += wi * half_at<D>(vf[i], d);
+        }
+        m[g] = mx[gq];
+    }
+}
+
 /* part per (token, head, slice): max, sum, then head_dim accumulators. A block takes G heads of one K/V head (grid
  * x: n_head / G), so each K/V row it loads serves G heads; a head's operations are the same whatever G (the same
  * positions a warp, rounds, reductions and order), so G changes no bit of the result, only how often a row is
@@ -79,30 +157,8 @@ __global__ void __launch_bounds__(32 * PAGED_WARPS)
             kf[i] = load_halves<D>(k_cache + row), vf[i] = load_halves<D>(v_cache + row);
         }
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float s[PAGED_AHEAD], mx = m[g];
-#pragma unroll
-            for (int i = 0; i < PAGED_AHEAD; i++) {
-                float v = 0.0f;
-#pragma unroll
-                for (int d = 0; d < D; d++) v += qr[g][d] * half_at<D>(kf[i], d);
-                s[i] = warp_sum(v);
-                if (p0 + i * PAGED_WARPS < end) mx = fmaxf(mx, s[i]);
-            }
-            float corr = expf(m[g] - mx); /* 0 on the first round (m = -inf) */
-            l[g] *= corr;
-#pragma unroll
-            for (int d = 0; d < D; d++) acc[g][d] *= corr;
-#pragma unroll
-            for (int i = 0; i < PAGED_AHEAD; i++) {
-                if (p0 + i * PAGED_WARPS >= end) continue;
-                float w = expf(s[i] - mx);
-                l[g] += w;
-#pragma unroll
-                for (int d = 0; d < D; d++) acc[g][d] += w * half_at<D>(vf[i], d);
-            }
-            m[g] = mx;
-        }
+        for (int q0 = 0; q0 < G; q0 += 4)
+            quad_round<D, G>(q0, qr, kf, vf, p0, end, lane, m, l, acc);
     }
 #pragma unroll
     for (int g = 0; g < G; g++) {
