@@ -76,7 +76,7 @@ __device__ __forceinline__ void quad_round(int q0, const float (&qr)[G][D], cons
     for (int gq = 0; gq < 4; gq++)
 #pragma unroll
         for (int i = 0; i < PAGED_AHEAD; i++) {
-            float x = 0.0f;
+            float x = 0.0f; /* heads past G (a quad's padding) score 0; their index below stays in bounds */
             if (q0 + gq < G)
 #pragma unroll
                 for (int d = 0; d < D; d++) x += qr[q0 + gq < G ? q0 + gq : 0][d] * half_at<D>(kf[i], d);

@@ -65,9 +65,9 @@ bool kiln_cuda_gemv_batch_rope_fits(const kiln_cuda_matrix *const *ms, const kil
 /* Attention of n_tokens tokens, token t seeing positions 0..d_pos[t] through its block table d_tables +
  * d_table_off[t]: split-K flash decoding in slices of KILN_CUDA_DECODE_MIN_CHUNK positions or more (up to
  * KILN_CUDA_DECODE_SPLITS, chosen from the token's own length), then a merge into out [n_tokens][n_head * head_dim]
- * and, with out_q, its form as a quantized GEMV's input: Q8_1, or in half mode F16 (kiln_cuda_batch_to_half's). part: n_tokens * n_head * KILN_CUDA_DECODE_SPLITS * (head_dim + 2) floats.
- * max_n_pos: the most positions a token of the launch sees (at least every d_pos[t] + 1), which sizes the grid: no
- * blocks for slices no token has. */
+ * and, with out_q, its form as a quantized GEMV's input: Q8_1, or in half mode F16 (kiln_cuda_batch_to_half's).
+ * part: n_tokens * n_head * KILN_CUDA_DECODE_SPLITS * (head_dim + 2) floats. max_n_pos: the most positions a token
+ * of the launch sees (at least every d_pos[t] + 1), which sizes the grid: no blocks for slices no token has. */
 int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, const void *k_cache, const void *v_cache,
                               const int32_t *d_pos, const int32_t *d_tables, const int32_t *d_table_off, int n_tokens,
                               int max_n_pos, float *part, float *out, void *out_q, cudaStream_t stream);
