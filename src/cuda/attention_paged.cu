@@ -160,12 +160,20 @@ __global__ void __launch_bounds__(32 * PAGED_WARPS)
         for (int q0 = 0; q0 < G; q0 += 4)
             quad_round<D, G>(q0, qr, kf, vf, p0, end, lane, m, l, acc);
     }
+    /* every head's results of every warp shared behind one barrier (a head at a time took two a head), then each
+     * head's slice combined as write_slice does */
+    __shared__ warp_results<HD, PAGED_WARPS> r[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        if (g) sync_warps<PAGED_WARPS>(); /* the previous head's results read before the next are shared */
-        float *out = part + (((int64_t)t * a.n_head + head0 + g) * KILN_CUDA_DECODE_SPLITS + split) * (HD + 2);
-        write_slice<HD, PAGED_WARPS>(m[g], l[g], acc[g], out);
+        if (lane == 0) r[g].m[warp] = m[g], r[g].l[warp] = l[g];
+#pragma unroll
+        for (int d = 0; d < D; d++) r[g].acc[warp][lane * D + d] = acc[g][d];
     }
+    sync_warps<PAGED_WARPS>();
+#pragma unroll
+    for (int g = 0; g < G; g++)
+        combine_slice<HD, PAGED_WARPS>(
+            r[g], part + (((int64_t)t * a.n_head + head0 + g) * KILN_CUDA_DECODE_SPLITS + split) * (HD + 2));
 }
 
 /* One block per (head, token), a thread per dim; with out_q the merged row is also quantized to Q8_1 (a warp holds

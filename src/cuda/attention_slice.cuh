@@ -125,11 +125,10 @@ __device__ __forceinline__ float results_max(const warp_results<HD, WARPS> &r) {
     return mx;
 }
 
-/* A slice's result from the WARPS warps of a block, rescaled to the largest max and written to out: max, sum, then
+/* A slice's result from the WARPS warps' results r, rescaled to the largest max and written to out: max, sum, then
  * HD accumulators. Every thread of the WARPS warps calls it. */
 template <int HD, int WARPS>
-__device__ __forceinline__ void write_slice(float m, float l, const float *acc, float *out) {
-    const warp_results<HD, WARPS> &r = share_results<HD, WARPS>(m, l, acc);
+__device__ __forceinline__ void combine_slice(const warp_results<HD, WARPS> &r, float *out) {
     float mx = results_max(r);
     for (int d = threadIdx.x; d < HD; d += 32 * WARPS) {
         float v = 0.0f;
@@ -145,6 +144,12 @@ __device__ __forceinline__ void write_slice(float m, float l, const float *acc, 
             if (r.m[w] > -INFINITY) sum += r.l[w] * expf(r.m[w] - mx);
         out[0] = mx, out[1] = sum;
     }
+}
+
+/* combine_slice of this block's warps' m, l and acc. */
+template <int HD, int WARPS>
+__device__ __forceinline__ void write_slice(float m, float l, const float *acc, float *out) {
+    combine_slice<HD, WARPS>(share_results<HD, WARPS>(m, l, acc), out);
 }
 
 /* Dim d of the head's output from the warps' results of a block that ran the whole context: each thread sums the
