@@ -128,7 +128,8 @@ __global__ void to_half_parts_kernel(const float *x, uint4 *xh, int n_parts, int
         float2 v = p[4 * j];
         h[j].h = __floats2half2_rn(v.x, v.y);
     }
-    xh[((int64_t)part * n_rows + row) * 4 + (i & 3)] = make_uint4(h[0].u, h[1].u, h[2].u, h[3].u);
+    /* chunk c = i & 3 of the part: its four pairs from the pair of values 2c on */
+    xh[half_parts_pair(row, 32 * part + 2 * (int)(i & 3), n_rows) / 4] = make_uint4(h[0].u, h[1].u, h[2].u, h[3].u);
 }
 
 extern "C" void kiln_cuda_batch_to_half(const float *x, void *xh, int k, int n_rows, cudaStream_t stream) {
@@ -1027,10 +1028,15 @@ extern "C" int kiln_cuda_gemv_batch_qkv_rope(const kiln_cuda_matrix *const *ms, 
     return launch_multi(ms, ys, 3, xq, nullptr, n_vec, rope, stream);
 }
 
+/* Whether gate and up, of one type and shape, can take a SwiGLU launch of n_vec vectors. */
+static bool swiglu_pair(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, int n_vec) {
+    return gate->type == up->type && gate->k == up->k && gate->n == up->n && gate->row_bytes == up->row_bytes &&
+           kiln_cuda_type_supported(gate->type, gate->k) && n_vec >= 1;
+}
+
 extern "C" int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
                                            const float *xf, int n_vec, float *y, cudaStream_t stream) {
-    if (gate->type != up->type || gate->k != up->k || gate->n != up->n || gate->row_bytes != up->row_bytes) return -1;
-    if (!kiln_cuda_type_supported(gate->type, gate->k) || n_vec < 1) return -1;
+    if (!swiglu_pair(gate, up, n_vec)) return -1;
     const kiln_cuda_matrix *ms[2] = {gate, up};
     float *ys[2] = {y, y};
     return launch_batch<true>(ms, ys, 2, xq, xf, n_vec, false, batch_rope{}, stream);
@@ -1038,9 +1044,8 @@ extern "C" int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const k
 
 extern "C" int kiln_cuda_gemv_batch_swiglu_half(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up,
                                                 const void *xq, int n_vec, void *yh, cudaStream_t stream) {
-    if (!kiln_cuda_batch_half() || !kiln_cuda_type_uses_q8_1(gate->type)) return -1;
-    if (gate->type != up->type || gate->k != up->k || gate->n != up->n || gate->row_bytes != up->row_bytes) return -1;
-    if (!kiln_cuda_type_supported(gate->type, gate->k) || n_vec < 1 || gate->n % 32) return -1;
+    if (!kiln_cuda_batch_half() || !kiln_cuda_type_uses_q8_1(gate->type) || gate->n % 32) return -1;
+    if (!swiglu_pair(gate, up, n_vec)) return -1;
     const kiln_cuda_matrix *ms[2] = {gate, up};
     float *ys[2] = {nullptr, nullptr};
     return launch_batch<true>(ms, ys, 2, xq, nullptr, n_vec, false, batch_rope{}, stream, (__half *)yh);
