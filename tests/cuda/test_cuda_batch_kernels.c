@@ -170,16 +170,15 @@ static void test_gemv_batch_swiglu(void **state) {
     check_gemv_batch(KILN_TYPE_Q6_K, true, 37, 8192);
 }
 
-/* Three matrices of different heights in one launch (or two: Q and K, then V in another type, as the K-quant mixes
- * have them), with the residual accumulate of a single one after. */
-static void test_gemv_batch_multi(void **state) {
-    SKIP_WITHOUT_GPU();
+/* Three matrices of heights ns in one launch (or two: Q and K, then V in another type, as the K-quant mixes have
+ * them), with the residual accumulate of a single one after. */
+static void check_gemv_batch_multi(const int ns[3]) {
     const kiln_type sets[][3] = {{KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q4_K},
                                  {KILN_TYPE_Q6_K, KILN_TYPE_Q6_K, KILN_TYPE_Q6_K},
                                  {KILN_TYPE_BF16, KILN_TYPE_BF16, KILN_TYPE_BF16},
                                  {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K}};
     for (size_t t = 0; t < sizeof sets / sizeof sets[0]; t++) {
-        const int k = 256, ns[3] = {64, 16, 24}, n_vec = 9;
+        const int k = 256, n_vec = 9;
         bool quantized = kiln_cuda_type_uses_q8_1(sets[t][0]);
         batch_input in = make_input(quantized, k, n_vec);
         float *deq[3], *dys[3];
@@ -210,6 +209,12 @@ static void test_gemv_batch_multi(void **state) {
         free(in.x), free(in.xs);
         gpu_free_all();
     }
+}
+
+static void test_gemv_batch_multi(void **state) {
+    SKIP_WITHOUT_GPU();
+    const int ns[3] = {64, 16, 24};
+    check_gemv_batch_multi(ns);
 }
 
 /* ---- paged KV ---- */
@@ -394,6 +399,8 @@ static void test_gemv_batch_half(void **state) {
     check_gemv_batch(KILN_TYPE_Q4_K, true, 37, 4096);
     check_gemv_batch(KILN_TYPE_Q6_K, true, 96, 512);
     test_gemv_batch_multi(state);
+    const int tall[3] = {1000, 1032, 136}; /* 137 row blocks in one launch: 8-warp blocks (the small ones take 16) */
+    check_gemv_batch_multi(tall);
     const kiln_type mixed[3] = {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
     check_qkv_rope(mixed, 40, 64);
     kiln_cuda_batch_half_set(false);
