@@ -229,29 +229,37 @@ static bool paged_group_built(int head_dim, int g) {
     }
 }
 
-/* Query heads a block of the split kernel takes: all of a K/V head's (where that form is built) when the launch
- * then still has 2.5 blocks an SM, else one: fewer, longer blocks lose while they leave SMs idle. H200,
- * bench_cuda_batch, generated tok/s, always grouped against never: qwen2-1.5b (2 K/V heads, 8 slices) at 1 / 2 / 8 /
- * 16 / 24 / 32 / 48 / 64 sequences 844-855 / 1,424-1,442 / 3,668-3,695 / 6,083-6,085 / 7,541-7,572 / 8,485-8,530 /
- * 9,753-9,789 / 10,474-10,522 against 980-981 / 1,581-1,584 / 3,749-3,750 / 6,095-6,107 / 7,431-7,453 /
- * 8,366-8,370 / 9,507 / 10,086-10,111; llama3-8b (8 K/V heads) at 1 / 2 / 4 / 8 / 12 / 64 402-404 / 634-635 /
- * 806 / 1,261-1,264 / 1,486-1,489 / 3,026-3,027 against 428-429 / 655-656 / 809-811 / 1,258-1,260 / 1,478 /
- * 2,917-2,918: the crossing is near 300-380 blocks.
- * KILN_CUDA_ATTN_GROUP=0 / 1: never / always (read once, for comparisons; kiln_cuda_attention_paged_group sets
- * it too). The bits are the same either way. */
-static int group_mode = -2; /* -1: by the rule above, 0 never, 1 always; -2: the environment not read yet */
+/* Query heads a block of the split kernel takes: the most of a K/V head's (a divisor of them, where that form is
+ * built) with which the launch still has 2.5 blocks an SM, else one: fewer, longer blocks lose while they leave SMs
+ * idle. H200, bench_cuda_batch, generated tok/s, all of a K/V head's always against never: qwen2-1.5b (2 K/V heads,
+ * 8 slices) at 1 / 2 / 8 / 16 / 24 / 32 / 48 / 64 sequences 844-855 / 1,424-1,442 / 3,668-3,695 / 6,083-6,085 /
+ * 7,541-7,572 / 8,485-8,530 / 9,753-9,789 / 10,474-10,522 against 980-981 / 1,581-1,584 / 3,749-3,750 /
+ * 6,095-6,107 / 7,431-7,453 / 8,366-8,370 / 9,507 / 10,086-10,111; llama3-8b (8 K/V heads) at 1 / 2 / 4 / 8 / 12 /
+ * 64 402-404 / 634-635 / 806 / 1,261-1,264 / 1,486-1,489 / 3,026-3,027 against 428-429 / 655-656 / 809-811 /
+ * 1,258-1,260 / 1,478 / 2,917-2,918: the crossing is near 300-380 blocks. Between the two, part of a K/V head's
+ * (half mode, 6 slices, qwen2-1.5b's 6 query heads a K/V head): 3 a block at 8 / 16 / 64 sequences 4,729-4,746 /
+ * 8,133-8,151 / 20,890-20,939 against 6 a block 4,551 / 7,915-7,945 / 21,001 and the rule of all or one 4,738 /
+ * 7,778-7,821 / 21,101-21,128 (2 a block: 4,679-4,689 / 8,062-8,072 / 21,009-21,029).
+ * KILN_CUDA_ATTN_GROUP=0 / 1 / g: never / always / g heads a block where g divides a K/V head's and is built (read
+ * once, for comparisons; kiln_cuda_attention_paged_group sets it too). The bits are the same either way. */
+static int group_mode = -2; /* -1: by the rule above, 0 never, 1 always, g > 1 g; -2: the environment not read yet */
 
 extern "C" void kiln_cuda_attention_paged_group(int mode) { group_mode = mode; }
 
 static int paged_heads_a_block(const kiln_cuda_paged_args *a, int splits, int n_tokens) {
     if (group_mode == -2) {
         const char *e = getenv("KILN_CUDA_ATTN_GROUP");
-        group_mode = e && *e ? atoi(e) != 0 : -1;
+        group_mode = e && *e ? atoi(e) : -1;
     }
-    int g = a->n_head / a->n_head_kv;
-    if (g == 1 || !paged_group_built(a->head_dim, g) || group_mode == 0) return 1;
-    int64_t blocks = (int64_t)a->n_head_kv * splits * n_tokens;
-    return group_mode == 1 || 2 * blocks >= 5 * (int64_t)sm_count() ? g : 1;
+    int heads = a->n_head / a->n_head_kv;
+    if (group_mode == 0) return 1;
+    if (group_mode == 1) return paged_group_built(a->head_dim, heads) ? heads : 1;
+    if (group_mode > 1) return heads % group_mode == 0 && paged_group_built(a->head_dim, group_mode) ? group_mode : 1;
+    int64_t slices = (int64_t)a->n_head * splits * n_tokens; /* (head, slice, token)s: the blocks at one head */
+    for (int g = heads; g > 1; g--)
+        if (heads % g == 0 && paged_group_built(a->head_dim, g) && 2 * (slices / g) >= 5 * (int64_t)sm_count())
+            return g;
+    return 1;
 }
 
 extern "C" int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, const void *k_cache,

@@ -72,9 +72,9 @@ int kiln_cuda_attention_paged(const kiln_cuda_paged_args *a, const float *q, con
                               const int32_t *d_pos, const int32_t *d_tables, const int32_t *d_table_off, int n_tokens,
                               int max_n_pos, float *part, float *out, void *out_q, cudaStream_t stream);
 
-/* How kiln_cuda_attention_paged's blocks take query heads: -1 all of a K/V head's where the launch has blocks enough
- * (the default), 0 one a block, 1 all of a K/V head's where built; the same bits either way (for tests and
- * comparisons, as KILN_CUDA_ATTN_GROUP=0/1). */
+/* How kiln_cuda_attention_paged's blocks take query heads: -1 the most of a K/V head's with which the launch has
+ * blocks enough (the default), 0 one a block, 1 all of a K/V head's where built, g > 1 g where g divides a K/V head's
+ * and is built; the same bits either way (for tests and comparisons, as KILN_CUDA_ATTN_GROUP=0/1/g). */
 void kiln_cuda_attention_paged_group(int mode);
 
 /* dst[i] = src row d_rows[i] (width floats each), i < n_rows. */

@@ -486,14 +486,18 @@ static void check_attention(int hd) {
     else check_q8_1_copy(dout_q, out, T * qd);
 
     float *dout1 = gpu_alloc(sizeof(float) * qd);
-    /* token 1 alone, in a grid of its own 2 slices where the batch's had 32, a block a head: the same bits */
-    kiln_cuda_attention_paged_group(0);
-    assert_int_equal(kiln_cuda_attention_paged(&a, dq + qd, dkc, dvc, dpos + 1, dtab, doff + 1, 1, n_pos[1], part,
-                                               dout1, NULL, 0), 0);
+    /* token 1 alone, in a grid of its own 2 slices where the batch's had 32, a block a head, then two heads a block:
+     * the same bits */
+    for (int mode = 0; mode <= 2; mode += 2) {
+        kiln_cuda_attention_paged_group(mode);
+        assert_int_equal(kiln_cuda_attention_paged(&a, dq + qd, dkc, dvc, dpos + 1, dtab, doff + 1, 1, n_pos[1], part,
+                                                   dout1, NULL, 0), 0);
+        float *out1 = download(dout1, qd);
+        assert_memory_equal(out1, out + qd, sizeof(float) * qd);
+        free(out1);
+    }
     kiln_cuda_attention_paged_group(-1);
-    float *out1 = download(dout1, qd);
-    assert_memory_equal(out1, out + qd, sizeof(float) * qd);
-    free(kc), free(vc), free(q), free(ref), free(s), free(out), free(out1);
+    free(kc), free(vc), free(q), free(ref), free(s), free(out);
     gpu_free_all();
 }
 
