@@ -2,14 +2,17 @@
 """Random-weight GGUF files for the CUDA tests and benchmarks, at real or tiny llama/qwen2 shapes.
 
 Quantized tensors are random block bytes with their scale fields set to halves of a sane size, so every block is a
-valid one; speed does not depend on the values, and the GPU is compared with the CPU on the same file.
+valid one; speed does not depend on the values, and the GPU is compared with the CPU on the same file. The bytes
+depend only on the arguments (the generator is seeded from them), so a test's KILN_TEST_SEED reproduces its run.
 
 usage: make_model.py SHAPE MIX OUT.gguf
   SHAPE: tiny-llama, tiny-qwen2, qwen2-1.5b, llama3-8b
   MIX:   q4_k_m (llama.cpp's Q4_K_M type choice), all (every GPU type in turn), float (F32/F16/BF16 in turn),
          or one type name (q8_0, f16, ...)
 """
+import os
 import sys
+import zlib
 
 import numpy as np
 import gguf
@@ -34,7 +37,7 @@ SCALES = {
 }
 MIN_RATIO = {T.Q4_1: 8.0, T.Q5_1: 16.0, T.Q2_K: 1.5, T.Q4_K: 7.5, T.Q5_K: 15.5}
 
-rng = np.random.default_rng()
+rng = None  # main() seeds it from its arguments
 
 
 def random_tensor(qtype, rows, cols):
@@ -79,7 +82,9 @@ def choose(mix, role, layer, n_layer, slot):
 
 
 def main():
+    global rng
     shape, mix, out = sys.argv[1:4]
+    rng = np.random.default_rng(zlib.crc32(f"{shape} {mix} {os.path.basename(out)}".encode()))
     arch, embd, n_layer, n_head, n_kv, hd, ff, vocab, tied, base = SHAPES[shape]
     w = gguf.GGUFWriter(out, arch)
     w.add_context_length(4096)
