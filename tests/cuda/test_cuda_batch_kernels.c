@@ -385,8 +385,8 @@ static void test_gemv_batch_qkv_rope(void **state) {
 
 /* Half mode: every quantized type against the reference within gemv_bound, and each form's batch invariance (one to
  * four and twelve vectors against the same among 83; half mode never stages): 16-warp and 8-warp blocks, K-quant
- * blocks spanning ranges, the long rows, SwiGLU (also writing the down projection's F16 input), three matrices, the
- * rope stage. */
+ * blocks spanning ranges, the long rows, SwiGLU (also writing the down projection's F16 input), three matrices (in
+ * 16-warp blocks and in 8-warp ones), the rope stage. */
 static void test_gemv_batch_half(void **state) {
     SKIP_WITHOUT_GPU();
     kiln_cuda_batch_half_set(true);
@@ -399,7 +399,8 @@ static void test_gemv_batch_half(void **state) {
     check_gemv_batch(KILN_TYPE_Q4_K, true, 37, 4096);
     check_gemv_batch(KILN_TYPE_Q6_K, true, 96, 512);
     test_gemv_batch_multi(state);
-    const int tall[3] = {1000, 1032, 136}; /* 137 row blocks in one launch: 8-warp blocks (the small ones take 16) */
+    const int tall[3] = {1000, 1032, 136}; /* 137 row blocks, not fewer than the SMs: 8-warp blocks, where the
+                                            * launch of 7 above takes 16-warp ones */
     check_gemv_batch_multi(tall);
     const kiln_type mixed[3] = {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
     check_qkv_rope(mixed, 40, 64);
