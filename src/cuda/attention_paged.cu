@@ -253,8 +253,10 @@ static int paged_heads_a_block(const kiln_cuda_paged_args *a, int splits, int n_
     }
     int heads = a->n_head / a->n_head_kv;
     if (group_mode == 0) return 1;
-    if (group_mode == 1) return paged_group_built(a->head_dim, heads) ? heads : 1;
-    if (group_mode > 1) return heads % group_mode == 0 && paged_group_built(a->head_dim, group_mode) ? group_mode : 1;
+    if (group_mode > 0) {
+        int g = group_mode == 1 ? heads : group_mode;
+        return heads % g == 0 && paged_group_built(a->head_dim, g) ? g : 1;
+    }
     int64_t slices = (int64_t)a->n_head * splits * n_tokens; /* (head, slice, token)s: the blocks at one head */
     for (int g = heads; g > 1; g--)
         if (heads % g == 0 && paged_group_built(a->head_dim, g) && 2 * (slices / g) >= 5 * (int64_t)sm_count())
