@@ -419,15 +419,22 @@ __device__ __forceinline__ void load_a(unsigned a[4], unsigned char *lines, int 
 }
 
 /* mma_range in half mode: the sums of a tile's results chain in its mma accumulators over the range's parts. A
- * lane's lines are loaded from memory AHEAD decodes (of SPAN parts) before their use: three for one tile (a step of
- * one to eight vectors, whose parts take little work and whose registers are free), else one. */
+ * lane decodes one part of its row a decode, SPAN parts of the warp's (without SwiGLU lanes 16-31 take the part
+ * after lanes 0-15's); its lines are loaded from memory AHEAD decodes before their use: three for one tile (a step
+ * of one to eight vectors, whose parts take little work and whose registers are free), else one. */
+template <bool SWIGLU>
+__host__ __device__ constexpr int h_span() { return SWIGLU ? 1 : 2; }
 template <int TILES>
 __host__ __device__ constexpr int h_ahead() { return TILES == 1 ? 3 : 1; }
 
 /* A lane's weights for its line: the parts of its row (line_part: which of a decode's parts is the lane's), loaded
- * from memory AHEAD decodes before their use. w is a copy of the lane's tensor: picked by reference between the
- * gate's and the up matrix's, it kept mma_rows in local memory (a 64-byte stack frame in every SwiGLU form; H200,
- * bench_cuda_batch, half mode, the copy +3-5% on llama3-8b and +5-8% on qwen2-1.5b from 1 to 64 sequences). */
+ * from memory AHEAD decodes before their use into a ring of AHEAD slots. The ring is walked with constant indices
+ * (mma_range_h unrolls its loop AHEAD decodes at a time): moving each slot down to the one before, in a loop that
+ * was not unrolled, copied registers whose loads were still out, so every decode waited for the loads the one
+ * before had sent (H200, ncu, llama3-8b's gate/up at one vector: long-scoreboard stalls 5.6 an issued
+ * instruction). w is a copy of the lane's tensor: picked by reference between the gate's and the up matrix's, it
+ * kept mma_rows in local memory (a 64-byte stack frame in every SwiGLU form; H200, bench_cuda_batch, half mode,
+ * the copy +3-5% on llama3-8b and +5-8% on qwen2-1.5b from 1 to 64 sequences). */
 template <class F, int AHEAD>
 struct line_feed {
     qtensor w;
@@ -441,27 +448,30 @@ struct line_feed {
         raw_part[i] = up % F::parts;
         F::load(w, base + up / F::parts, raw_part[i], raw[i]);
     }
-    /* the first AHEAD decodes' parts, from u0 on, span parts a decode */
+    /* the first AHEAD decodes' parts, from u0 on, span parts a decode (before the PDL wait: the weights do not
+     * depend on the kernel before) */
     __device__ __forceinline__ void start(int u0, int span) {
 #pragma unroll
         for (int i = 0; i < AHEAD; i++)
             if (u0 + i * span < u_end) load(u0 + i * span, i);
     }
-    /* the decode at part u: the lane's part into its line, and the loads of the decode AHEAD on */
-    __device__ __forceinline__ void next(int u, int span, unsigned char *lines, int lane) {
+    /* the decode at part u from slot i (a constant once unrolled): the lane's part into its line, and slot i's
+     * loads of the decode AHEAD on */
+    __device__ __forceinline__ void next(int u, int span, int i, unsigned char *lines, int lane) {
         kpart p;
-        F::decode(raw[0], raw_part[0], p);
-#pragma unroll
-        for (int i = 0; i + 1 < AHEAD; i++) raw[i] = raw[i + 1], raw_part[i] = raw_part[i + 1];
-        if (u + AHEAD * span < u_end) load(u + AHEAD * span, AHEAD - 1);
+        F::decode(raw[i], raw_part[i], p);
+        if (u + AHEAD * span < u_end) load(u + AHEAD * span, i);
         __syncwarp(); /* every lane is done with the lines before */
         store_line(lines, lane, p);
     }
 };
 
-template <class F, bool SWIGLU, int AHEAD>
-__device__ __forceinline__ line_feed<F, AHEAD> h_feed(const mma_rows &r, int lane, int u_end) {
-    line_feed<F, AHEAD> f;
+template <class F, bool SWIGLU, int TILES>
+using h_feed_t = line_feed<F, h_ahead<TILES>()>;
+
+template <class F, bool SWIGLU, int TILES>
+__device__ __forceinline__ h_feed_t<F, SWIGLU, TILES> h_feed(const mma_rows &r, int lane, int u_end) {
+    h_feed_t<F, SWIGLU, TILES> f;
     f.w = SWIGLU && lane >= 16 ? r.up : r.w;
     f.base = r.base_line, f.line_part = SWIGLU ? 0 : lane >> 4, f.u_end = u_end;
     return f;
@@ -486,15 +496,17 @@ __device__ __forceinline__ void h_tiles(float (*acc)[4], float (*up_acc)[4], con
     }
 }
 
+/* feed: the one-tile forms' h_feed, started (its first decodes' loads out); the other forms' is made here */
 template <class F, bool SWIGLU, int TILES>
-__device__ __forceinline__ void mma_range_h(const mma_rows &r, const b_group &bg, int u0, int u_end,
-                                            float (&acc)[TILES][4], float (&up_acc)[TILES][4]) {
+__device__ __forceinline__ void mma_range_h(const mma_rows &r, h_feed_t<F, SWIGLU, TILES> &feed, const b_group &bg,
+                                            int u0, int u_end, float (&acc)[TILES][4], float (&up_acc)[TILES][4]) {
     /* TG: tiles whose B registers are held at once (with SWIGLU all eight would spill) */
-    constexpr int SPAN = SWIGLU ? 1 : 2, AHEAD = h_ahead<TILES>(), TG = SWIGLU && TILES > 4 ? 4 : TILES;
+    constexpr int SPAN = h_span<SWIGLU>(), AHEAD = h_ahead<TILES>(), TG = SWIGLU && TILES > 4 ? 4 : TILES;
     int lane = threadIdx.x, g = lane >> 2, c = lane & 3, last = bg.nv - 1, n_tiles = (bg.nv + 7) / 8;
+    /* made here, not before the PDL wait with the one-tile forms', the 8-tile SwiGLU forms' feed spills nothing
+     * (made in the kernel: 20-56 bytes) */
+    if (TILES > 1) feed = h_feed<F, SWIGLU, TILES>(r, lane, u_end), feed.start(u0, SPAN);
     const uint4 *xh = (const uint4 *)bg.qs;
-    line_feed<F, AHEAD> feed = h_feed<F, SWIGLU, AHEAD>(r, lane, u_end);
-    feed.start(u0, SPAN);
     /* the direct loads: part u's B registers of the first TG tiles are loaded while part u - 1 is worked on */
     int64_t part_chunks = (int64_t)bg.n_vec * 4;
     const uint4 *src = xh + (u0 * part_chunks + bg.j0 * 4) + c;
@@ -502,29 +514,33 @@ __device__ __forceinline__ void mma_range_h(const mma_rows &r, const b_group &bg
 #pragma unroll
     for (int i = 0; i < TG; i++)
         bv[i] = u0 >= u_end || i >= n_tiles ? make_uint4(0, 0, 0, 0) : src[min(i * 8 + g, last) * 4];
-    for (int u = u0; u < u_end; u++) {
-        if ((u - u0) % SPAN == 0) feed.next(u, SPAN, r.a_buf, lane);
-        __syncwarp(); /* the lines are complete */
-        unsigned wa[2][4], ua[2][4];
-        int first = SWIGLU ? 0 : 16 * ((u - u0) & 1);
-        load_a(wa[0], r.a_buf, first, 0, lane);
-        load_a(wa[1], r.a_buf, first, 1, lane);
-        if (SWIGLU) load_a(ua[0], r.a_buf, 16, 0, lane), load_a(ua[1], r.a_buf, 16, 1, lane);
+    for (int ur = u0; ur < u_end; ur += AHEAD * SPAN)
 #pragma unroll
-        for (int t0 = 0; t0 < TILES; t0 += TG) {
-            if (t0 >= n_tiles) break;
-            /* columns past the group's vectors repeat its last: their results are not stored */
-            if (t0 > 0)
+        for (int i = 0; i < AHEAD * SPAN; i++) {
+            int u = ur + i;
+            if (u >= u_end) break;
+            if (i % SPAN == 0) feed.next(u, SPAN, i / SPAN, r.a_buf, lane);
+            __syncwarp(); /* the lines are complete */
+            unsigned wa[2][4], ua[2][4];
+            int first = SWIGLU ? 0 : 16 * (i % SPAN);
+            load_a(wa[0], r.a_buf, first, 0, lane);
+            load_a(wa[1], r.a_buf, first, 1, lane);
+            if (SWIGLU) load_a(ua[0], r.a_buf, 16, 0, lane), load_a(ua[1], r.a_buf, 16, 1, lane);
 #pragma unroll
-                for (int i = 0; i < TG && t0 + i < n_tiles; i++) bv[i] = src[min((t0 + i) * 8 + g, last) * 4];
-            h_tiles<SWIGLU, TG>(acc + t0, up_acc + t0, wa, ua, bv, n_tiles - t0);
+            for (int t0 = 0; t0 < TILES; t0 += TG) {
+                if (t0 >= n_tiles) break;
+                /* columns past the group's vectors repeat its last: their results are not stored */
+                if (t0 > 0)
+#pragma unroll
+                    for (int k = 0; k < TG && t0 + k < n_tiles; k++) bv[k] = src[min((t0 + k) * 8 + g, last) * 4];
+                h_tiles<SWIGLU, TG>(acc + t0, up_acc + t0, wa, ua, bv, n_tiles - t0);
+            }
+            if (u + 1 < u_end) {
+                src += part_chunks;
+#pragma unroll
+                for (int k = 0; k < TG && k < n_tiles; k++) bv[k] = src[min(k * 8 + g, last) * 4];
+            }
         }
-        if (u + 1 < u_end) {
-            src += part_chunks;
-#pragma unroll
-            for (int i = 0; i < TG && i < n_tiles; i++) bv[i] = src[min(i * 8 + g, last) * 4];
-        }
-    }
 }
 
 /* Bytes of a block's dynamic shared memory: the warps' partial sums, or with STAGE their two stages a warp first; */
@@ -561,20 +577,10 @@ __global__ void __launch_bounds__(32 * WARPS, TILES == 1 ? 24 / WARPS : 16 / WAR
     bool roped = !SWIGLU && rope.a.freq;
     int role = select3(mi, rope.role[0], rope.role[1], rope.role[2]);
     __shared__ rope_block rs;
-    pdl_release();
-    if (roped) rope_block_prepare(rope, role, row0, MMA_ROWS / 2, j0, nv, rs);
-    pdl_wait();
-    const int8_t *qs = (const int8_t *)xq;
-    const __half2 *ds = (const __half2 *)(qs + (int64_t)n_vec * n_parts * 32);
     int blocks_per_row = n_parts / F::parts;
     /* rows past the matrix read the last one and are not stored */
     int64_t base_lo = (int64_t)min(row0 + g, n - 1) * blocks_per_row;
     int64_t base_hi = (int64_t)min(row0 + g + 8, n - 1) * blocks_per_row;
-    float a[TILES][4], b[TILES][4];
-#pragma unroll
-    for (int t = 0; t < TILES; t++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) a[t][i] = b[t][i] = 0.0f;
     int per_warp = (n_parts + WARPS - 1) / WARPS;
     int u0 = warp * per_warp, u_end = min(n_parts, (warp + 1) * per_warp);
     /* with STAGE the warps' stages take the partial sums' space before the sums (mma_shared_bytes) */
@@ -583,9 +589,24 @@ __global__ void __launch_bounds__(32 * WARPS, TILES == 1 ? 24 / WARPS : 16 / WAR
     int64_t base_line = (int64_t)min(row0 + (lane & 15), n - 1) * blocks_per_row;
     unsigned char *a_buf = smem + mma_sums_bytes(SWIGLU, WARPS, STAGE, TILES) + warp * H_LINES_BYTES;
     mma_rows rows = {w, up, base_lo, base_hi, base_line, a_buf};
+    /* half mode's one-tile forms ask for their first weights before the wait (the weights do not depend on the
+     * kernel before); the 8-tile forms make and start their feed in mma_range_h */
+    constexpr bool EARLY = HALF_ACT && TILES == 1;
+    h_feed_t<F, SWIGLU, TILES> feed;
+    if (EARLY) feed = h_feed<F, SWIGLU, TILES>(rows, lane, u_end), feed.start(u0, h_span<SWIGLU>());
+    pdl_release();
+    if (roped) rope_block_prepare(rope, role, row0, MMA_ROWS / 2, j0, nv, rs);
+    pdl_wait();
+    const int8_t *qs = (const int8_t *)xq;
+    const __half2 *ds = (const __half2 *)(qs + (int64_t)n_vec * n_parts * 32);
+    float a[TILES][4], b[TILES][4];
+#pragma unroll
+    for (int t = 0; t < TILES; t++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) a[t][i] = b[t][i] = 0.0f;
     void *stages = STAGE ? (void *)((b_stage *)smem + 2 * warp) : nullptr;
     b_group grp = {qs, ds, j0, n_parts, nv, n_vec, stages};
-    if constexpr (HALF_ACT) mma_range_h<F, SWIGLU, TILES>(rows, grp, u0, u_end, a, b);
+    if constexpr (HALF_ACT) mma_range_h<F, SWIGLU, TILES>(rows, feed, grp, u0, u_end, a, b);
     else mma_range<F, SWIGLU, STAGE, TILES>(rows, grp, u0, u_end, a, b);
     /* the warps' partial sums: the upper half's go to the lower half, then the lower half's add in warp order */
     if (STAGE) __syncthreads(); /* no warp still reads its stages, which the sums overwrite */
