@@ -420,12 +420,20 @@ __device__ __forceinline__ void load_a(unsigned a[4], unsigned char *lines, int 
 
 /* mma_range in half mode: the sums of a tile's results chain in its mma accumulators over the range's parts. A
  * lane decodes one part of its row a decode, SPAN parts of the warp's (without SwiGLU lanes 16-31 take the part
- * after lanes 0-15's); its lines are loaded from memory AHEAD decodes before their use: three for one tile (a step
- * of one to eight vectors, whose parts take little work and whose registers are free), else one. */
+ * after lanes 0-15's); its lines are loaded from memory AHEAD decodes before their use: six for one tile (a step
+ * of one to eight vectors, whose parts take little work and whose registers are free; five for the formats whose
+ * loaded part takes 9 registers, else Q8_0's SwiGLU form spills), else one. The one-tile forms take up to 128
+ * registers, two 8-warp blocks an SM. H200, bench_cuda_batch, half mode, against three ahead at three blocks an SM
+ * (80 registers), one call, two rounds: llama3-8b at 1 / 2 / 4 / 8 sequences 212.7-214.5 / 423.7 / 834.5-834.6 /
+ * 1,628-1,630 tok/s against 183.1-184.8 / 369.5-369.6 / 740.7-741.2 / 1,465-1,470, qwen2-1.5b 708.8-711.4 /
+ * 1,393.7-1,404.6 / 2,718.7-2,733.0 / 5,398-5,412 against 723.2-727.1 / 1,408.6-1,411.2 / 2,790.8-2,801.4 /
+ * 5,410-5,428 (qwen2-1.5b's rows take 6 parts a warp, llama3-8b's 16 to 56). Three ahead at four blocks an SM (64
+ * registers, spilling) lost on both; the rest of a lane's range asked into L2 at its start lost 2-6%; B registers
+ * loaded two or three parts ahead lost 1-3%. */
 template <bool SWIGLU>
 __host__ __device__ constexpr int h_span() { return SWIGLU ? 1 : 2; }
-template <int TILES>
-__host__ __device__ constexpr int h_ahead() { return TILES == 1 ? 3 : 1; }
+template <class F, int TILES>
+__host__ __device__ constexpr int h_ahead() { return TILES > 1 ? 1 : F::raw_words > 8 ? 5 : 6; }
 
 /* A lane's weights for its line: the parts of its row (line_part: which of a decode's parts is the lane's), loaded
  * from memory AHEAD decodes before their use into a ring of AHEAD slots. The ring is walked with constant indices
@@ -467,7 +475,7 @@ struct line_feed {
 };
 
 template <class F, bool SWIGLU, int TILES>
-using h_feed_t = line_feed<F, h_ahead<TILES>()>;
+using h_feed_t = line_feed<F, h_ahead<F, TILES>()>;
 
 template <class F, bool SWIGLU, int TILES>
 __device__ __forceinline__ h_feed_t<F, SWIGLU, TILES> h_feed(const mma_rows &r, int lane, int u_end) {
@@ -501,7 +509,7 @@ template <class F, bool SWIGLU, int TILES>
 __device__ __forceinline__ void mma_range_h(const mma_rows &r, h_feed_t<F, SWIGLU, TILES> &feed, const b_group &bg,
                                             int u0, int u_end, float (&acc)[TILES][4], float (&up_acc)[TILES][4]) {
     /* TG: tiles whose B registers are held at once (with SWIGLU all eight would spill) */
-    constexpr int SPAN = h_span<SWIGLU>(), AHEAD = h_ahead<TILES>(), TG = SWIGLU && TILES > 4 ? 4 : TILES;
+    constexpr int SPAN = h_span<SWIGLU>(), AHEAD = h_ahead<F, TILES>(), TG = SWIGLU && TILES > 4 ? 4 : TILES;
     int lane = threadIdx.x, g = lane >> 2, c = lane & 3, last = bg.nv - 1, n_tiles = (bg.nv + 7) / 8;
     /* made here, not before the PDL wait with the one-tile forms', the 8-tile SwiGLU forms' feed spills nothing
      * (made in the kernel: 20-56 bytes) */
@@ -560,9 +568,9 @@ __host__ __device__ constexpr int mma_shared_bytes(bool swiglu, int warps, bool 
  * stage takes the results instead of y (paged_rope.cuh). HALF_ACT: half mode (mma_range_h). At most 128 registers,
  * so two 8-warp blocks (or one of 16) fit an SM: unbounded, Q2_K's SwiGLU form took 153 once the next tile's loads
  * went out early and some direct forms 131-142 (bounded, Q2_K's SwiGLU forms spill 28-48 bytes, Q5_K's staged one
- * 12); the one-tile forms of half mode at most 80, three 8-warp blocks an SM (74-90 registers unbounded). */
+ * 12); half mode's one-tile forms too (h_ahead). */
 template <class F, bool SWIGLU, int WARPS, bool STAGE, bool HALF_ACT, int TILES>
-__global__ void __launch_bounds__(32 * WARPS, TILES == 1 ? 24 / WARPS : 16 / WARPS)
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_batch_mma_kernel(batch_job job, int n_parts, const void *xq, int n_vec, batch_rope rope) {
     int n_groups = (n_vec + 8 * TILES - 1) / (8 * TILES);
     int group = blockIdx.x % n_groups, rb = blockIdx.x / n_groups;
