@@ -427,9 +427,9 @@ __device__ __forceinline__ void load_a(unsigned a[4], unsigned char *lines, int 
  * (80 registers), one call, two rounds: llama3-8b at 1 / 2 / 4 / 8 sequences 212.7-214.5 / 423.7 / 834.5-834.6 /
  * 1,628-1,630 tok/s against 183.1-184.8 / 369.5-369.6 / 740.7-741.2 / 1,465-1,470, qwen2-1.5b 708.8-711.4 /
  * 1,393.7-1,404.6 / 2,718.7-2,733.0 / 5,398-5,412 against 723.2-727.1 / 1,408.6-1,411.2 / 2,790.8-2,801.4 /
- * 5,410-5,428 (qwen2-1.5b's rows take 6 parts a warp, llama3-8b's 16 to 56). Three ahead at four blocks an SM (64
- * registers, spilling) lost on both; the rest of a lane's range asked into L2 at its start lost 2-6%; B registers
- * loaded two or three parts ahead lost 1-3%. */
+ * 5,410-5,428 (a warp's range: llama3-8b 16 to 56 parts, qwen2-1.5b 6 but its down projection's 18). Two ahead at
+ * four blocks an SM (64 registers, spilling) lost on both; the rest of a lane's range asked into L2 at its start
+ * lost 2-6%; B registers loaded two or three parts ahead lost 1-3%. */
 template <bool SWIGLU>
 __host__ __device__ constexpr int h_span() { return SWIGLU ? 1 : 2; }
 template <class F, int TILES>
