@@ -474,12 +474,12 @@ struct line_feed {
     }
 };
 
-template <class F, bool SWIGLU, int TILES>
+template <class F, int TILES>
 using h_feed_t = line_feed<F, h_ahead<F, TILES>()>;
 
 template <class F, bool SWIGLU, int TILES>
-__device__ __forceinline__ h_feed_t<F, SWIGLU, TILES> h_feed(const mma_rows &r, int lane, int u_end) {
-    h_feed_t<F, SWIGLU, TILES> f;
+__device__ __forceinline__ h_feed_t<F, TILES> h_feed(const mma_rows &r, int lane, int u_end) {
+    h_feed_t<F, TILES> f;
     f.w = SWIGLU && lane >= 16 ? r.up : r.w;
     f.base = r.base_line, f.line_part = SWIGLU ? 0 : lane >> 4, f.u_end = u_end;
     return f;
@@ -506,7 +506,7 @@ __device__ __forceinline__ void h_tiles(float (*acc)[4], float (*up_acc)[4], con
 
 /* feed: the one-tile forms' h_feed, started (its first decodes' loads out); the other forms' is made here */
 template <class F, bool SWIGLU, int TILES>
-__device__ __forceinline__ void mma_range_h(const mma_rows &r, h_feed_t<F, SWIGLU, TILES> &feed, const b_group &bg,
+__device__ __forceinline__ void mma_range_h(const mma_rows &r, h_feed_t<F, TILES> &feed, const b_group &bg,
                                             int u0, int u_end, float (&acc)[TILES][4], float (&up_acc)[TILES][4]) {
     /* TG: tiles whose B registers are held at once (with SWIGLU all eight would spill) */
     constexpr int SPAN = h_span<SWIGLU>(), AHEAD = h_ahead<F, TILES>(), TG = SWIGLU && TILES > 4 ? 4 : TILES;
@@ -600,7 +600,7 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     /* half mode's one-tile forms ask for their first weights before the wait (the weights do not depend on the
      * kernel before); the 8-tile forms make and start their feed in mma_range_h */
     constexpr bool EARLY = HALF_ACT && TILES == 1;
-    h_feed_t<F, SWIGLU, TILES> feed;
+    h_feed_t<F, TILES> feed;
     if (EARLY) feed = h_feed<F, SWIGLU, TILES>(rows, lane, u_end), feed.start(u0, h_span<SWIGLU>());
     pdl_release();
     if (roped) rope_block_prepare(rope, role, row0, MMA_ROWS / 2, j0, nv, rs);
