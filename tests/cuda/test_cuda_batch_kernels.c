@@ -127,7 +127,8 @@ static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
         assert_half_input(dyh, dy, n, n_vec);
     }
 
-    const int counts[] = {1, 2, 3, 4, 12}; /* up to four vectors take the small kernel where their rows allow */
+    /* up to four vectors take the small kernel where their rows allow, up to eight the one-tile forms */
+    const int counts[] = {1, 2, 3, 4, 8, 12};
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         int few = counts[i];
         batch_input one = {NULL, NULL, in.dx + (size_t)alone * k, gpu_alloc(INPUT_BYTES((size_t)k * few))};
