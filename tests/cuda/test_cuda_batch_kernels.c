@@ -92,8 +92,9 @@ static float *download(const float *d, size_t n) {
 }
 
 /* y = W x_j for 83 vectors (a full group of 64 and a partial one, its last tile partial too), against the double
- * reference, then vector j alone and vectors j.. j + 3 together, two to four (the small kernel), and twelve (the mma
- * kernel loading its activations directly, where 83 stage them in shared memory): the same bits.
+ * reference, then vector j alone and vectors j.. j + 3 together, two to four (the small kernel), eight (half mode's
+ * one-tile forms at their edge) and twelve (the mma kernel loading its activations directly, where 83 stage them in
+ * shared memory): the same bits.
  * n rows: few (a launch of fewer row blocks than SMs takes 16 warps a block) or many (8); k inputs: 512, 4096
  * (each warp's parts span two K-quant blocks; the small kernel's lanes 4 parts each), 8192 or 14336 (its lanes
  * 8 to 14 parts each, the long form). */
