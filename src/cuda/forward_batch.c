@@ -243,10 +243,10 @@ static int pack_inputs(kiln_cuda_batch *b, const kiln_cuda_seq *seqs, int n_seqs
     return n_tab;
 }
 
-/* Where a kernel that makes a GEMV's input may also write its quantized-GEMV form (Q8_1, or half mode's F16):
- * act_q for quantized matrices, NULL for float ones. */
+/* Where a kernel that makes a GEMV's input may also write its tensor-core form (Q8_1, or half mode's F16): act_q
+ * for the matrices that take it, NULL for the others (float weights outside half mode). */
 static const void *input_or_null(const kiln_cuda_batch *b, const kiln_cuda_matrix *m) {
-    return kiln_cuda_type_uses_q8_1(m->type) ? b->act_q : NULL;
+    return kiln_cuda_gemv_batch_takes_act(m) ? b->act_q : NULL;
 }
 
 /* act_q from T rows of k values: their Q8_1, or in half mode their F16 form. */
@@ -263,10 +263,10 @@ static void norm_input(kiln_cuda_batch *b, float *src, const float *w, bool want
     else kiln_cuda_rmsnorm_rows(src, w, b->h, want_q ? b->act_q : NULL, cfg->n_embd, T, cfg->rms_eps, b->stream);
 }
 
-/* x += W in for T rows: the quantized GEMV's input xq where the kernel before made it, else act_q made here from
- * in (float weights take in itself). */
+/* x += W in for T rows: the tensor-core GEMV's input xq where the kernel before made it, else act_q made here from
+ * in (float weights outside half mode take in itself). */
 static int residual(kiln_cuda_batch *b, const kiln_cuda_matrix *m, const float *in, const void *xq, int T) {
-    if (kiln_cuda_type_uses_q8_1(m->type) && !xq) prepare_input(b, in, m->k, T);
+    if (kiln_cuda_gemv_batch_takes_act(m) && !xq) prepare_input(b, in, m->k, T);
     return kiln_cuda_gemv_batch(m, xq ? xq : b->act_q, in, T, b->x, true, b->stream);
 }
 
@@ -276,7 +276,7 @@ static int feed_forward(kiln_cuda_batch *b, const kiln_cuda_layer *L, bool gate_
     const kiln_config *cfg = &b->cm->cfg;
     const void *hq = gate_q ? b->act_q : NULL;
     mark(b, KILN_OP_GATE_UP, mbytes(&L->gate) + mbytes(&L->up));
-    if (kiln_cuda_batch_half() && kiln_cuda_type_uses_q8_1(L->down.type) &&
+    if (kiln_cuda_batch_half() && kiln_cuda_gemv_batch_takes_act(&L->down) &&
         kiln_cuda_gemv_batch_swiglu_half(&L->gate, &L->up, hq, T, b->ff, b->stream) == 0) {
         mark(b, KILN_OP_DOWN, mbytes(&L->down));
         return residual(b, &L->down, NULL, b->ff, T);
@@ -284,7 +284,7 @@ static int feed_forward(kiln_cuda_batch *b, const kiln_cuda_layer *L, bool gate_
     if (L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes) {
         if (kiln_cuda_gemv_batch_swiglu(&L->gate, &L->up, hq, b->h, T, b->ff, b->stream)) return -1;
     } else {
-        if (!gate_q && kiln_cuda_type_uses_q8_1(L->up.type)) prepare_input(b, b->h, cfg->n_embd, T);
+        if (!gate_q && kiln_cuda_gemv_batch_takes_act(&L->up)) prepare_input(b, b->h, cfg->n_embd, T);
         if (kiln_cuda_gemv_batch(&L->gate, b->act_q, b->h, T, b->ff, false, b->stream) ||
             kiln_cuda_gemv_batch(&L->up, b->act_q, b->h, T, b->ff2, false, b->stream))
             return -1;
@@ -297,8 +297,8 @@ static int feed_forward(kiln_cuda_batch *b, const kiln_cuda_layer *L, bool gate_
 static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     const kiln_config *cfg = &b->cm->cfg;
     const kiln_cuda_layer *L = &b->cm->layers[l];
-    bool any_q = kiln_cuda_type_uses_q8_1(L->wq.type) || kiln_cuda_type_uses_q8_1(L->wk.type) ||
-                 kiln_cuda_type_uses_q8_1(L->wv.type);
+    bool any_q = kiln_cuda_gemv_batch_takes_act(&L->wq) || kiln_cuda_gemv_batch_takes_act(&L->wk) ||
+                 kiln_cuda_gemv_batch_takes_act(&L->wv);
     mark(b, KILN_OP_NORM, 0);
     norm_input(b, b->x, L->attn_norm, any_q, T);
     const kiln_cuda_matrix *ms[3] = {&L->wq, &L->wk, &L->wv};
@@ -328,7 +328,7 @@ static int layer(kiln_cuda_batch *b, int l, const step_io *d, int T) {
     mark(b, KILN_OP_WO, mbytes(&L->wo));
     if (residual(b, &L->wo, b->attn, attn_q, T)) return -1;
 
-    bool gate_q = kiln_cuda_type_uses_q8_1(L->gate.type);
+    bool gate_q = kiln_cuda_gemv_batch_takes_act(&L->gate);
     mark(b, KILN_OP_NORM, 0);
     norm_input(b, b->x, L->ffn_norm, gate_q, T);
     return feed_forward(b, L, gate_q, T);
@@ -345,7 +345,7 @@ static int forward(kiln_cuda_batch *b, const step_io *d, int T, int R) {
     mark(b, KILN_OP_HEAD, mbytes(&cm->output));
     float *last = b->ff; /* the rows that want logits, packed */
     kiln_cuda_gather_rows(b->x, d->rows, R, cfg->n_embd, last, b->stream);
-    bool head_q = kiln_cuda_type_uses_q8_1(cm->output.type);
+    bool head_q = kiln_cuda_gemv_batch_takes_act(&cm->output);
     norm_input(b, last, cm->output_norm, head_q, R);
     return kiln_cuda_gemv_batch(&cm->output, head_q ? b->act_q : NULL, b->h, R, b->logits, false, b->stream);
 }

@@ -2,7 +2,8 @@
  * memory and unpacked once for all the vectors of its block. Quantized weights go through int8 tensor cores
  * (gemv_batch_mma_kernel), or for one to four vectors through dp4a in the same order of operations
  * (gemv_batch_small_kernel, the same bits; small_batch says where), or in half mode (kiln_cuda_batch_half) F16
- * tensor cores at every batch size (mma_range_h); float weights through FMA with F32 activations. Batches larger
+ * tensor cores at every batch size (mma_range_h), which F16 and BF16 weights take too; other float weights, and
+ * those outside half mode, go through FMA with F32 activations. Batches larger
  * than a block's vectors run as more blocks over the same rows, placed next to each other in the grid so their
  * weight reads meet in L2.
  *
@@ -412,6 +413,71 @@ __device__ __forceinline__ void store_line(unsigned char *lines, int lane, const
     }
 }
 
+/* How half mode turns a lane's loaded part (raw_t) into its line: a quantized format's part decoded (line_t: kpart)
+ * and made F16 by store_line. */
+template <class F>
+struct h_format {
+    using raw_t = kraw;
+    using line_t = kpart;
+    __device__ static void load(const qtensor &t, int64_t g, int part, kraw &r) { F::load(t, g, part, r); }
+    __device__ static void decode(const kraw &r, int part, kpart &p) { F::decode(r, part, p); }
+    __device__ static void store(unsigned char *lines, int lane, const kpart &p) { store_line(lines, lane, p); }
+};
+
+/* F16 and BF16 weights in half mode: a part is 32 consecutive values of a row (a block of one part, rows k values
+ * apart), loaded as they are and made F16 for the line: F16 as it is, BF16 exactly wherever F16's range holds the
+ * value. F32 weights keep the float kernel (F32 activations, FMA): their 8-tile forms spilled 76-132 bytes. */
+template <int WORDS>
+struct h_words {
+    uint4 v[WORDS / 4];
+};
+struct h_line {
+    uint4 c[4]; /* chunk j: values 8j..8j+7 in F16 */
+};
+
+template <int BYTES>
+__device__ __forceinline__ void load_part(const qtensor &t, int64_t g, h_words<BYTES / 4> &r) {
+    const uint4 *p = (const uint4 *)(t.base + g * BYTES);
+#pragma unroll
+    for (int i = 0; i < BYTES / 16; i++) r.v[i] = p[i];
+}
+
+__device__ __forceinline__ void store_chunks(unsigned char *lines, int lane, const h_line &p) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) *(uint4 *)h_chunk(lines, lane, j) = p.c[j];
+}
+
+/* A BF16 pair's word as an F16 pair's. */
+__device__ __forceinline__ unsigned bf16_pair_to_half(unsigned w) {
+    h2_bits h;
+    h.h = __floats2half2_rn(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+    return h.u;
+}
+
+struct f16_w {
+    static constexpr int parts = 1, raw_words = 16;
+    using raw_t = h_words<16>;
+    using line_t = h_line;
+    __device__ static void load(const qtensor &t, int64_t g, int, raw_t &r) { load_part<64>(t, g, r); }
+    __device__ static void decode(const raw_t &r, int, h_line &p) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) p.c[j] = r.v[j];
+    }
+    __device__ static void store(unsigned char *lines, int lane, const h_line &p) { store_chunks(lines, lane, p); }
+};
+
+struct bf16_w : f16_w {
+    __device__ static void decode(const raw_t &r, int, h_line &p) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            p.c[j] = make_uint4(bf16_pair_to_half(r.v[j].x), bf16_pair_to_half(r.v[j].y),
+                                bf16_pair_to_half(r.v[j].z), bf16_pair_to_half(r.v[j].w));
+    }
+};
+
+template <> struct h_format<f16_w> : f16_w {};
+template <> struct h_format<bf16_w> : bf16_w {};
+
 /* The A registers of lines first..first+15 (16 rows) for the mma over values 16h..16h+15. */
 __device__ __forceinline__ void load_a(unsigned a[4], unsigned char *lines, int first, int h, int lane) {
     int i = lane >> 3, line = first + (i & 1) * 8 + (lane & 7);
@@ -433,7 +499,9 @@ __device__ __forceinline__ void load_a(unsigned a[4], unsigned char *lines, int 
 template <bool SWIGLU>
 __host__ __device__ constexpr int h_span() { return SWIGLU ? 1 : 2; }
 template <class F, int TILES>
-__host__ __device__ constexpr int h_ahead() { return TILES > 1 ? 1 : F::raw_words > 8 ? 5 : 6; }
+__host__ __device__ constexpr int h_ahead() {
+    return TILES > 1 ? 1 : F::raw_words > 9 ? 3 : F::raw_words > 8 ? 5 : 6;
+}
 
 /* A lane's weights for its line: the parts of its row (line_part: which of a decode's parts is the lane's), loaded
  * from memory AHEAD decodes before their use into a ring of AHEAD slots. The ring is walked with constant indices
@@ -448,13 +516,13 @@ struct line_feed {
     qtensor w;
     int64_t base;
     int line_part, u_end;
-    kraw raw[AHEAD];
+    typename h_format<F>::raw_t raw[AHEAD];
     int raw_part[AHEAD];
 
     __device__ __forceinline__ void load(int u, int i) {
         int up = min(u + line_part, u_end - 1);
         raw_part[i] = up % F::parts;
-        F::load(w, base + up / F::parts, raw_part[i], raw[i]);
+        h_format<F>::load(w, base + up / F::parts, raw_part[i], raw[i]);
     }
     /* the first AHEAD decodes' parts, from u0 on, span parts a decode (before the PDL wait: the weights do not
      * depend on the kernel before) */
@@ -466,11 +534,11 @@ struct line_feed {
     /* the decode at part u from slot i (a constant once unrolled): the lane's part into its line, and slot i's
      * loads of the decode AHEAD on */
     __device__ __forceinline__ void next(int u, int span, int i, unsigned char *lines, int lane) {
-        kpart p;
-        F::decode(raw[i], raw_part[i], p);
+        typename h_format<F>::line_t p;
+        h_format<F>::decode(raw[i], raw_part[i], p);
         if (u + AHEAD * span < u_end) load(u + AHEAD * span, i);
         __syncwarp(); /* every lane is done with the lines before */
-        store_line(lines, lane, p);
+        h_format<F>::store(lines, lane, p);
     }
 };
 
@@ -950,13 +1018,23 @@ static void launch_mma_form(bool wide, int grid, dim3 block, cudaStream_t stream
     }
 }
 
-/* ms[0..n_mats) share type and width (checked by the callers); rope.a.freq: the quantized kernels' rope stage. */
+/* Whether an F16 or BF16 matrix takes half mode's tensor cores: rows of whole parts, each row a run of memory. */
+static bool half_float(const kiln_cuda_matrix *m) {
+    return (m->type == KILN_TYPE_F16 || m->type == KILN_TYPE_BF16) && kiln_cuda_batch_half() && m->k % 32 == 0 &&
+           m->row_bytes == (size_t)2 * m->k;
+}
+
+extern "C" bool kiln_cuda_gemv_batch_takes_act(const kiln_cuda_matrix *m) {
+    return kiln_cuda_type_uses_q8_1(m->type) || half_float(m);
+}
+
+/* ms[0..n_mats) share type and width (checked by the callers); rope.a.freq: the tensor-core kernels' rope stage. */
 template <bool SWIGLU>
 static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int n_mats, const void *xq,
                         const float *xf, int n_vec, bool accumulate, const batch_rope &rope, cudaStream_t stream,
                         __half *yh = nullptr) {
     const kiln_cuda_matrix *m0 = ms[0];
-    bool quant = kiln_cuda_type_uses_q8_1(m0->type);
+    bool quant = kiln_cuda_type_uses_q8_1(m0->type), mma = quant || half_float(m0);
     int n_parts = m0->k / 32, mma_blocks = 0;
     int64_t bytes = 0;
     for (int i = 0; i < n_mats && (!SWIGLU || i == 0); i++) mma_blocks += div_up(ms[i]->n, MMA_ROWS);
@@ -967,7 +1045,7 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
     bool half = kiln_cuda_batch_half();
     bool small = quant && !half && small_batch(n_vec, n_parts, warps);
     bool prefetch = (double)bytes <= SMALL_PREFETCH_MAX_MB * 1048576.0;
-    int rows_per_block = !quant ? F_WARPS : small ? SMALL_ROWS : MMA_ROWS, share = small_lane_parts(n_parts, warps);
+    int rows_per_block = !mma ? F_WARPS : small ? SMALL_ROWS : MMA_ROWS, share = small_lane_parts(n_parts, warps);
     batch_job job = {};
     job.n_mats = n_mats;
     job.accumulate = accumulate;
@@ -980,8 +1058,8 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         job.first[i] = row_blocks;
         if (!SWIGLU || i == 0) row_blocks += div_up(ms[i]->n, rows_per_block);
     }
-    int grid = row_blocks * div_up(n_vec, quant ? MMA_VEC : BATCH_GROUP);
-    dim3 block(32, quant ? warps : F_WARPS);
+    int grid = row_blocks * div_up(n_vec, mma ? MMA_VEC : BATCH_GROUP);
+    dim3 block(32, mma ? warps : F_WARPS);
     switch (m0->type) {
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
@@ -998,12 +1076,18 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
-#define X(id)                                                                                                          \
+#define X(id, F)                                                                                                       \
     case id:                                                                                                           \
-        launch_pdl(gemv_batch_f_kernel<id, SWIGLU>, grid, block, stream, job, m0->row_bytes, m0->k, xf, n_vec);       \
+        for (int i = 0; i < n_mats; i++) job.w[i] = qtensor{(const uint8_t *)ms[i]->data, (int64_t)ms[i]->n * n_parts};\
+        if (mma) launch_mma_form<F, SWIGLU, true>(wide, grid, block, stream, job, n_parts, xq, n_vec, rope);           \
+        else launch_pdl(gemv_batch_f_kernel<id, SWIGLU>, grid, block, stream, job, m0->row_bytes, m0->k, xf, n_vec);  \
         return 0;
-        X(KILN_TYPE_F32) X(KILN_TYPE_F16) X(KILN_TYPE_BF16)
+        X(KILN_TYPE_F16, f16_w) X(KILN_TYPE_BF16, bf16_w)
 #undef X
+    case KILN_TYPE_F32:
+        launch_pdl(gemv_batch_f_kernel<KILN_TYPE_F32, SWIGLU>, grid, block, stream, job, m0->row_bytes, m0->k, xf,
+                   n_vec);
+        return 0;
     default: return -1;
     }
 }
@@ -1061,14 +1145,14 @@ extern "C" int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, flo
 static_assert(MMA_ROWS / 2 <= ROPE_BLOCK_PAIRS && MMA_VEC <= ROPE_BLOCK_TOKENS, "a block's rope stage");
 static_assert(SMALL_ROWS / 2 <= ROPE_BLOCK_PAIRS && SMALL_MAX_VEC <= ROPE_BLOCK_TOKENS, "a block's rope stage");
 
-/* The epilogue needs the quantized kernels (the float one has none) and blocks of whole rotation pairs: row blocks
+/* The epilogue needs the tensor-core kernels (the float one has none) and blocks of whole rotation pairs: row blocks
  * of 16 rows (8 in the small kernel) that heads of even dims never straddle, pairs of neighbouring dims. */
 extern "C" bool kiln_cuda_gemv_batch_rope_fits(const kiln_cuda_matrix *const *ms, const kiln_cuda_paged_args *a) {
     static int allowed = -1;
     if (!switch_on("KILN_CUDA_BATCH_ROPE", &allowed) || !a->freq || a->neox || a->head_dim % 2 || a->rope_dim % 2)
         return false;
     for (int i = 0; i < 3; i++)
-        if (!kiln_cuda_type_uses_q8_1(ms[i]->type) || ms[i]->n % MMA_ROWS) return false;
+        if (!kiln_cuda_gemv_batch_takes_act(ms[i]) || ms[i]->n % MMA_ROWS) return false;
     return true;
 }
 
@@ -1098,7 +1182,7 @@ extern "C" int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const k
 
 extern "C" int kiln_cuda_gemv_batch_swiglu_half(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up,
                                                 const void *xq, int n_vec, void *yh, cudaStream_t stream) {
-    if (!kiln_cuda_batch_half() || !kiln_cuda_type_uses_q8_1(gate->type) || gate->n % 32) return -1;
+    if (!kiln_cuda_batch_half() || !kiln_cuda_gemv_batch_takes_act(gate) || gate->n % 32) return -1;
     if (!swiglu_pair(gate, up, n_vec)) return -1;
     const kiln_cuda_matrix *ms[2] = {gate, up};
     float *ys[2] = {nullptr, nullptr};

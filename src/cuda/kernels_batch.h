@@ -10,15 +10,20 @@ extern "C" {
 #endif
 
 /* y[j][r] (+)= dot(row r of m, x_j) for j < n_vec: rows of y m->n apart. xq: Q8_1 of the n_vec rows of m->k
- * values (kiln_cuda_quantize_q8_1 with n_rows = n_vec) for quantized types, xf: the F32 rows for float types. Each
- * vector's sum runs in the same order whatever n_vec is (batch invariance). */
+ * values (kiln_cuda_quantize_q8_1 with n_rows = n_vec), or in half mode their F16 form, for the matrices that take
+ * it (kiln_cuda_gemv_batch_takes_act), xf: the F32 rows for the others. Each vector's sum runs in the same order
+ * whatever n_vec is (batch invariance). */
 int kiln_cuda_gemv_batch(const kiln_cuda_matrix *m, const void *xq, const float *xf, int n_vec, float *y,
                          bool accumulate, cudaStream_t stream);
 /* Half mode: the batched GEMVs of quantized weights take F16 activations (kiln_cuda_batch_to_half's layout, in the
  * place of Q8_1) and run F16 tensor-core products of weights turned into F16 in registers, for every batch size (a
- * vector's result keeps one order of operations). On with KILN_CUDA_BATCH_HALF=1 (read once), or as set. */
+ * vector's result keeps one order of operations); so do those of F16 and BF16 weights whose rows are whole parts
+ * of 32, which otherwise (and F32 weights always) take F32 activations and FMA. On with KILN_CUDA_BATCH_HALF=1 (read once), or as
+ * set. */
 bool kiln_cuda_batch_half(void);
 void kiln_cuda_batch_half_set(bool on);
+/* Whether m's batched GEMV takes xq (Q8_1, or half mode's F16) rather than the F32 rows. */
+bool kiln_cuda_gemv_batch_takes_act(const kiln_cuda_matrix *m);
 /* The half mode's GEMV input from n_rows F32 rows of k values (k a multiple of 32): k * n_rows halves. */
 void kiln_cuda_batch_to_half(const float *x, void *xh, int k, int n_rows, cudaStream_t stream);
 /* kiln_cuda_rmsnorm_rows (no Q8_1) that also writes its rows as half-mode input into xh, the same halves as
@@ -31,7 +36,7 @@ int kiln_cuda_gemv_batch_multi(const kiln_cuda_matrix *const *ms, float *const *
 /* y[j] = silu(gate x_j) * (up x_j); gate and up of the same type and shape. */
 int kiln_cuda_gemv_batch_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
                                 const float *xf, int n_vec, float *y, cudaStream_t stream);
-/* Half mode, quantized gate and up of a height that is a multiple of 32: the same results as the next GEMV's F16
+/* Half mode, gate and up that take xq, of a height that is a multiple of 32: the same results as the next GEMV's F16
  * input, the halves kiln_cuda_batch_to_half makes of y, written into yh (n_vec * gate->n halves); -1 otherwise. */
 int kiln_cuda_gemv_batch_swiglu_half(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq,
                                      int n_vec, void *yh, cudaStream_t stream);

@@ -23,36 +23,38 @@
     } while (0)
 
 /* The GEMV's input as the GPU sees it: Q8_1 of each of the n_vec rows (quantized types; their F16 form in half
- * mode) or the rows themselves. */
+ * mode, which float types with rows of whole parts take too) or the rows themselves. */
 typedef struct batch_input {
     float *x, *xs; /* host: the rows, and what the kernel multiplies */
     float *dx;
     void *dq;
 } batch_input;
 
-/* Bytes of a quantized GEMV's input of n values in either mode (F16's are the more). */
+/* Bytes of a tensor-core GEMV's input of n values in either mode (F16's are the more). */
 #define INPUT_BYTES(n) (2 * (size_t)(n))
 
-/* The quantized GEMV's input (dq) from n_vec device rows of k values, in the current mode. */
+/* The tensor-core GEMV's input (dq) from n_vec device rows of k values, in the current mode. */
 static void prepare_input(const float *dx, void *dq, int k, int n_vec) {
     if (kiln_cuda_batch_half()) kiln_cuda_batch_to_half(dx, dq, k, n_vec, 0);
     else kiln_cuda_quantize_q8_1(dx, dq, k, n_vec, 0);
 }
 
-/* How close a quantized GEMV comes to the double reference over the values it multiplies: exact integer sums with
- * F32 scales, or in half mode weights rounded to F16 (d * q + m) and F32 sums in the tensor cores. */
+/* How close a tensor-core GEMV comes to the double reference over the values it multiplies: exact integer sums with
+ * F32 scales, or in half mode weights rounded to F16 (d * q + m, or the F16 or BF16 weight) and F32 sums in the tensor
+ * cores. */
 static double gemv_bound(void) { return kiln_cuda_batch_half() ? 2e-3 : 1e-5; }
 
-static batch_input make_input(bool quantized, int k, int n_vec) {
+/* act: the GEMV takes dq (kiln_cuda_gemv_batch_takes_act), else the F32 rows. */
+static batch_input make_input(bool act, int k, int n_vec) {
     size_t n = (size_t)k * n_vec;
     batch_input in = {malloc(sizeof(float) * n), malloc(sizeof(float) * n), NULL, NULL};
     rng_fill(in.x, n, 1.0f);
     in.dx = gpu_upload(in.x, sizeof(float) * n);
     in.dq = gpu_alloc(INPUT_BYTES(n));
-    if (quantized) prepare_input(in.dx, in.dq, k, n_vec);
-    if (quantized && kiln_cuda_batch_half()) {
+    if (act) prepare_input(in.dx, in.dq, k, n_vec);
+    if (act && kiln_cuda_batch_half()) {
         for (size_t i = 0; i < n; i++) in.xs[i] = kiln_half_to_float(kiln_float_to_half(in.x[i]));
-    } else if (quantized) {
+    } else if (act) {
         uint8_t *q = malloc(Q8_1_BYTES(n));
         CUDA_SYNC();
         CUDA_OK(cudaMemcpy(q, in.dq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
@@ -100,12 +102,15 @@ static float *download(const float *d, size_t n) {
  * 8 to 14 parts each, the long form). */
 static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
     const int n_vec = 83, alone = 70;
-    bool quantized = kiln_cuda_type_uses_q8_1(type);
     float *deq, *deq_up = NULL;
     uint8_t *w = random_rows(type, k, n, &deq), *w_up = swiglu ? random_rows(type, k, n, &deq_up) : NULL;
     kiln_cuda_matrix m = {upload_matrix(type, w, k, n), type, k, n, kiln_row_size(type, k)}, mu = m;
     if (swiglu) mu.data = upload_matrix(type, w_up, k, n);
-    batch_input in = make_input(quantized, k, n_vec);
+    /* quantized weights always take the tensor-core input, F16 and BF16 ones (rows of whole parts) in half mode */
+    bool act = kiln_cuda_gemv_batch_takes_act(&m);
+    assert_true(act == (kiln_cuda_type_uses_q8_1(type) || (kiln_cuda_batch_half() && k % 32 == 0 &&
+                                                           (type == KILN_TYPE_F16 || type == KILN_TYPE_BF16))));
+    batch_input in = make_input(act, k, n_vec);
     float *dy = gpu_alloc(sizeof(float) * n * n_vec);
     int rc = swiglu ? kiln_cuda_gemv_batch_swiglu(&m, &mu, in.dq, in.dx, n_vec, dy, 0)
                     : kiln_cuda_gemv_batch(&m, in.dq, in.dx, n_vec, dy, false, 0);
@@ -121,8 +126,8 @@ static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
     double e = rel_err(y, ref, (size_t)n * n_vec);
     fprintf(stderr, "gemv_batch%s %-5s %d rows, %d vectors rel err %.2e\n", swiglu ? "+swiglu" : "",
             kiln_type_name(type), n, n_vec, e);
-    assert_true(e < (quantized ? gemv_bound() : 1e-5));
-    if (swiglu && quantized && kiln_cuda_batch_half() && n % 32 == 0) { /* the down projection's input directly */
+    assert_true(e < (act ? gemv_bound() : 1e-5));
+    if (swiglu && act && kiln_cuda_batch_half() && n % 32 == 0) { /* the down projection's input directly */
         void *dyh = gpu_alloc(INPUT_BYTES((size_t)n * n_vec));
         assert_int_equal(kiln_cuda_gemv_batch_swiglu_half(&m, &mu, in.dq, n_vec, dyh, 0), 0);
         assert_half_input(dyh, dy, n, n_vec);
@@ -133,7 +138,7 @@ static void check_gemv_batch(kiln_type type, bool swiglu, int n, int k) {
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         int few = counts[i];
         batch_input one = {NULL, NULL, in.dx + (size_t)alone * k, gpu_alloc(INPUT_BYTES((size_t)k * few))};
-        if (quantized) prepare_input(one.dx, one.dq, k, few);
+        if (act) prepare_input(one.dx, one.dq, k, few);
         float *dy1 = gpu_alloc(sizeof(float) * n * few);
         rc = swiglu ? kiln_cuda_gemv_batch_swiglu(&m, &mu, one.dq, one.dx, few, dy1, 0)
                     : kiln_cuda_gemv_batch(&m, one.dq, one.dx, few, dy1, false, 0);
@@ -181,8 +186,9 @@ static void check_gemv_batch_multi(const int ns[3]) {
                                  {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K}};
     for (size_t t = 0; t < sizeof sets / sizeof sets[0]; t++) {
         const int k = 256, n_vec = 9;
-        bool quantized = kiln_cuda_type_uses_q8_1(sets[t][0]);
-        batch_input in = make_input(quantized, k, n_vec);
+        kiln_cuda_matrix probe = {NULL, sets[t][0], k, 1, kiln_row_size(sets[t][0], k)};
+        bool act = kiln_cuda_gemv_batch_takes_act(&probe);
+        batch_input in = make_input(act, k, n_vec);
         float *deq[3], *dys[3];
         uint8_t *w[3];
         kiln_cuda_matrix m[3];
@@ -205,7 +211,7 @@ static void check_gemv_batch_multi(const int ns[3]) {
                         (i == 0 ? 2 : 1) * dot(deq[i] + (size_t)r * k, in.xs + (size_t)j * k, k);
             double e = rel_err(y, ref, (size_t)ns[i] * n_vec);
             fprintf(stderr, "gemv_batch_multi %-5s matrix %d rel err %.2e\n", kiln_type_name(sets[t][i]), i, e);
-            assert_true(e < (quantized ? gemv_bound() : 1e-5));
+            assert_true(e < (act ? gemv_bound() : 1e-5));
             free(y), free(ref), free(deq[i]), free(w[i]);
         }
         free(in.x), free(in.xs);
@@ -385,10 +391,10 @@ static void test_gemv_batch_qkv_rope(void **state) {
     check_qkv_rope(mixed, 40, 64);
 }
 
-/* Half mode: every quantized type against the reference within gemv_bound, and each form's batch invariance (one to
- * four and twelve vectors against the same among 83; half mode never stages): 16-warp and 8-warp blocks, K-quant
- * blocks spanning ranges, the long rows, SwiGLU (also writing the down projection's F16 input), three matrices (in
- * 16-warp blocks and in 8-warp ones), the rope stage. */
+/* Half mode: every type against the reference within gemv_bound (F16 and BF16 on the tensor cores too), and each
+ * form's batch invariance (one to four, eight and twelve vectors against the same among 83; half mode never
+ * stages): 16-warp and 8-warp blocks, K-quant blocks spanning ranges, the long rows, SwiGLU (also writing the down
+ * projection's F16 input), three matrices (in 16-warp blocks and in 8-warp ones), the rope stage. */
 static void test_gemv_batch_half(void **state) {
     SKIP_WITHOUT_GPU();
     kiln_cuda_batch_half_set(true);
@@ -396,16 +402,22 @@ static void test_gemv_batch_half(void **state) {
     check_gemv_batch(KILN_TYPE_Q4_K, false, 4800, 512);
     check_gemv_batch(KILN_TYPE_Q6_K, false, 37, 4096);
     check_gemv_batch(KILN_TYPE_Q4_K, false, 2200, 14336);
-    const kiln_type swiglu[] = {KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, KILN_TYPE_Q3_K};
+    check_gemv_batch(KILN_TYPE_F16, false, 2200, 4096);
+    check_gemv_batch(KILN_TYPE_BF16, false, 37, 4096);
+    const kiln_type swiglu[] = {KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K, KILN_TYPE_Q3_K, KILN_TYPE_F32};
     for (size_t i = 0; i < sizeof swiglu / sizeof swiglu[0]; i++) check_gemv_batch(swiglu[i], true, 37, 512);
     check_gemv_batch(KILN_TYPE_Q4_K, true, 37, 4096);
     check_gemv_batch(KILN_TYPE_Q6_K, true, 96, 512);
+    check_gemv_batch(KILN_TYPE_F16, true, 96, 512);
+    check_gemv_batch(KILN_TYPE_BF16, true, 96, 4096);
     test_gemv_batch_multi(state);
     const int tall[3] = {1000, 1032, 136}; /* 137 row blocks, not fewer than the SMs: 8-warp blocks, where the
                                             * launch of 7 above takes 16-warp ones */
     check_gemv_batch_multi(tall);
     const kiln_type mixed[3] = {KILN_TYPE_Q4_K, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
     check_qkv_rope(mixed, 40, 64);
+    const kiln_type floats[3] = {KILN_TYPE_BF16, KILN_TYPE_BF16, KILN_TYPE_F16};
+    check_qkv_rope(floats, 8, 64);
     kiln_cuda_batch_half_set(false);
 }
 
