@@ -42,9 +42,10 @@ static void usage(FILE *out) {
                  "  --queue N                requests that may wait beyond --parallel (default 256)\n"
                  "  -t, --threads N          CPU threads (default: physical cores)\n"
                  "  --device cpu|cuda|auto   where to run (default auto)\n"
-                 "  --gpu-f16 on|off         GPU: F16 activations on tensor cores in the batched step (default off):\n"
-                 "                           more tokens a second from ~16 busy sequences and for prompts, fewer\n"
-                 "                           for one to four (see docs/cuda.md, half mode)\n"
+                 "  --gpu-f16 on|off|auto    GPU: F16 activations on tensor cores in the batched step (default\n"
+                 "                           auto: on for F16/BF16 models, off for quantized ones, where it gives\n"
+                 "                           more tokens a second from ~4-8 busy sequences and for prompts, fewer\n"
+                 "                           for one or two; see docs/cuda.md, half mode)\n"
                  "  --api-key KEY            require 'Authorization: Bearer KEY' (or set KILN_API_KEY)\n"
                  "  --alias NAME             the model's name in responses (default: the file's base name)\n"
                  "  --cors ORIGIN            allow browser requests from ORIGIN (default: no CORS headers)\n"
@@ -91,11 +92,13 @@ static int parse_option(serve_opts *o, const char *a, const char *v) {
             return -1;
         }
     } else if (!strcmp(a, "--gpu-f16")) {
-        if (strcmp(v, "on") && strcmp(v, "off")) {
-            fprintf(stderr, "error: --gpu-f16 expects on or off, got '%s'\n", v);
+        if (!strcmp(v, "on")) o->sched.gpu_f16 = KILN_GPU_F16_ON;
+        else if (!strcmp(v, "off")) o->sched.gpu_f16 = KILN_GPU_F16_OFF;
+        else if (!strcmp(v, "auto")) o->sched.gpu_f16 = KILN_GPU_F16_AUTO;
+        else {
+            fprintf(stderr, "error: --gpu-f16 expects on, off or auto, got '%s'\n", v);
             return -1;
         }
-        o->sched.gpu_f16 = !strcmp(v, "on");
     } else {
         fprintf(stderr, "error: unknown option: %s (see 'kiln serve --help')\n", a);
         return -1;
@@ -179,9 +182,10 @@ int cmd_serve(int argc, char **argv) {
     snprintf(extent, sizeof extent, "%d blocks of %d positions", info.kv_blocks, info.kv_block_size);
     bool gpu = info.device == KILN_DEVICE_CUDA;
     fprintf(stderr, "kiln serve: on the %s%s: %s\n", gpu ? "GPU" : "CPU",
-            gpu && o.sched.gpu_f16 ? " (half mode: F16 activations on tensor cores)" : "",
+            gpu && info.gpu_f16 ? " (half mode: F16 activations on tensor cores)" : "",
             gen_memory_phrase(&info.memory, extent, memory, sizeof memory));
-    if (!gpu && o.sched.gpu_f16) fprintf(stderr, "kiln serve: --gpu-f16 on has no effect on the CPU\n");
+    if (!gpu && o.sched.gpu_f16 == KILN_GPU_F16_ON)
+        fprintf(stderr, "kiln serve: --gpu-f16 on has no effect on the CPU\n");
     fprintf(stderr, "kiln serve: %s on http://%s%s%s:%d (API key %s)\n", o.srv.model_id, ipv6 ? "[" : "", host,
             ipv6 ? "]" : "", srv_port(s), o.srv.api_key ? "required" : "not required");
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);

@@ -14,6 +14,7 @@ typedef struct cuda_exec {
     kiln_cuda_batch *batch;
     kiln_kv_pool *pool;
     int n_ctx, n_vocab;
+    bool half;
     kiln_cuda_seq *seqs; /* [parallel] */
     int32_t *windows;    /* [parallel][KILN_CUDA_TOP_K_MAX]: each sequence's penalty window, for its best logits */
 } cuda_exec;
@@ -60,8 +61,8 @@ static void cuda_stats(sched_exec *base, kiln_sched_stats *st) { sched_blocks_st
 
 static void cuda_info(const sched_exec *base, kiln_sched_info *out) {
     const cuda_exec *x = (const cuda_exec *)base;
-    *out = (kiln_sched_info){.device = KILN_DEVICE_CUDA, .kv_blocks = kiln_cuda_batch_blocks(x->batch),
-                             .kv_block_size = KILN_SCHED_BLOCK};
+    *out = (kiln_sched_info){.device = KILN_DEVICE_CUDA, .gpu_f16 = x->half,
+                             .kv_blocks = kiln_cuda_batch_blocks(x->batch), .kv_block_size = KILN_SCHED_BLOCK};
     out->memory.weights = kiln_cuda_model_bytes(x->cm);
     kiln_cuda_batch_memory(x->batch, &out->memory.kv_cache, &out->memory.workspace);
 }
@@ -101,8 +102,9 @@ sched_exec *kiln_sched_cuda_new(kiln_model *m, const kiln_sched_params *p, kiln_
     kiln_cuda_batch_params bp = {.block_size = KILN_SCHED_BLOCK, .n_ctx = p->n_ctx,
                                  .max_tokens = p->n_chunk + p->parallel, .max_seqs = p->parallel,
                                  .max_blocks = want, .min_blocks = p->n_kv_blocks > 0 ? want : per_ctx,
-                                 .half = p->gpu_f16};
+                                 .half = kiln_sched_half_mode(&m->w, p->gpu_f16)};
     x->model = m;
+    x->half = bp.half;
     if (kiln_model_gpu_acquire(m, &x->cm, err) || kiln_cuda_batch_new(x->cm, &bp, &x->batch, err) ||
         kiln_kv_pool_new(kiln_cuda_batch_blocks(x->batch), KILN_SCHED_BLOCK, &x->pool, err)) {
         cuda_free(&x->base);

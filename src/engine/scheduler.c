@@ -42,6 +42,17 @@ kiln_sched_params kiln_sched_default_params(void) {
     return (kiln_sched_params){.device = KILN_DEVICE_CPU};
 }
 
+bool kiln_sched_half_mode(const kiln_weights *w, kiln_gpu_f16 mode) {
+    if (mode != KILN_GPU_F16_AUTO) return mode == KILN_GPU_F16_ON;
+    const kiln_layer_role ffn[3] = {KILN_ROLE_FFN_GATE, KILN_ROLE_FFN_UP, KILN_ROLE_FFN_DOWN};
+    for (int l = 0; l < w->n_layer; l++)
+        for (int i = 0; i < 3; i++) {
+            kiln_type t = w->layers[l].w[ffn[i]].type;
+            if (t != KILN_TYPE_F16 && t != KILN_TYPE_BF16) return false;
+        }
+    return w->n_layer > 0;
+}
+
 /* ---- requests ---- */
 
 static void seq_free(sched_seq *q) {

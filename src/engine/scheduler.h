@@ -17,6 +17,11 @@
 
 typedef struct kiln_sched kiln_sched;
 
+/* The GPU's batched step in half mode (kiln_cuda_batch_params.half): AUTO turns it on for models whose feed-forward
+ * weights are all F16 or BF16 (outside half mode those take F32 FMA; on the tensor cores 7-9x the tokens a second at
+ * 64 sequences, H100), off for quantized ones (fewer tokens a second for one to a few sequences). */
+typedef enum kiln_gpu_f16 { KILN_GPU_F16_AUTO, KILN_GPU_F16_OFF, KILN_GPU_F16_ON } kiln_gpu_f16;
+
 typedef struct kiln_sched_params {
     int parallel;      /* most sequences running at once; 0: 4 */
     int n_ctx;         /* most positions (prompt + generated) one request may use; 0: the model's, at most 4096 */
@@ -26,10 +31,15 @@ typedef struct kiln_sched_params {
     int n_threads;     /* CPU threads; 0: physical cores */
     int n_chunk;       /* most prompt tokens one step carries (a multiple of 16); 0: 64 */
     kiln_device device; /* where the batched forward runs; AUTO: the GPU when one answers */
-    bool gpu_f16;       /* on the GPU, the batched GEMVs in half mode (kiln_cuda_batch_params.half) */
+    kiln_gpu_f16 gpu_f16; /* on the GPU, the batched GEMVs in half mode or not; AUTO (0) by the weights' types */
 } kiln_sched_params;
 
 kiln_sched_params kiln_sched_default_params(void);
+
+/* Whether the GPU's batched step runs in half mode for weights w under mode: as asked, or for AUTO whether every
+ * layer's feed-forward matrices are F16 or BF16. */
+struct kiln_weights;
+bool kiln_sched_half_mode(const struct kiln_weights *w, kiln_gpu_f16 mode);
 
 /* One request. The scheduler copies prompt, stop strings and params; user stays the caller's. */
 typedef struct kiln_sched_request {
@@ -73,6 +83,7 @@ void kiln_sched_get_stats(kiln_sched *s, kiln_sched_stats *out);
 /* Where the scheduler's steps run and the memory they hold there (the KV cache is the shared pool of blocks). */
 typedef struct kiln_sched_info {
     kiln_device device; /* KILN_DEVICE_CPU or KILN_DEVICE_CUDA */
+    bool gpu_f16;       /* on the GPU: the batched step in half mode */
     kiln_memory memory;
     int kv_blocks, kv_block_size;
 } kiln_sched_info;

@@ -15,6 +15,7 @@
 #include "cpu/model_path.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "model/model.h"
 
 #define MAX_OUT 128
 
@@ -313,7 +314,27 @@ static void test_full_queue_and_impossible_requests_fail_at_submit(void **state)
     assert_false(c.done);
 }
 
+/* The GPU's half mode: as asked, or by default for models whose feed-forward matrices are all F16 or BF16. */
+static void test_half_mode_follows_the_weights(void **state) {
+    (void)state;
+    kiln_layer_weights layers[2] = {0};
+    kiln_weights w = {.layers = layers, .n_layer = 2};
+    const kiln_layer_role ffn[3] = {KILN_ROLE_FFN_GATE, KILN_ROLE_FFN_UP, KILN_ROLE_FFN_DOWN};
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 3; i++) layers[l].w[ffn[i]].type = i == 2 ? KILN_TYPE_F16 : KILN_TYPE_BF16;
+    assert_true(kiln_sched_half_mode(&w, KILN_GPU_F16_AUTO));
+    assert_false(kiln_sched_half_mode(&w, KILN_GPU_F16_OFF));
+    layers[1].w[KILN_ROLE_FFN_DOWN].type = KILN_TYPE_Q6_K; /* one quantized matrix: the int8 path */
+    assert_false(kiln_sched_half_mode(&w, KILN_GPU_F16_AUTO));
+    assert_true(kiln_sched_half_mode(&w, KILN_GPU_F16_ON));
+    layers[1].w[KILN_ROLE_FFN_DOWN].type = KILN_TYPE_F32; /* F32 keeps the FMA kernel in either mode */
+    assert_false(kiln_sched_half_mode(&w, KILN_GPU_F16_AUTO));
+    assert_int_equal(kiln_sched_default_params().gpu_f16, KILN_GPU_F16_AUTO);
+}
+
 int main(void) {
+    const struct CMUnitTest plain[] = {cmocka_unit_test(test_half_mode_follows_the_weights)};
+    if (cmocka_run_group_tests(plain, NULL, NULL)) return 1;
     const struct CMUnitTest model[] = {
         cmocka_unit_test(test_model_closed_before_the_scheduler),
         cmocka_unit_test(test_one_request_matches_generate),

@@ -40,4 +40,4 @@ def test_serve_gpu_f16_bad_value(kiln_bin, default_model):
     r = subprocess.run([kiln_bin, "serve", "-m", default_model, "--gpu-f16", "yes"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode != 0
-    assert "--gpu-f16 expects on or off" in r.stderr
+    assert "--gpu-f16 expects on, off or auto" in r.stderr
