@@ -488,7 +488,8 @@ __device__ __forceinline__ void load_a(unsigned a[4], unsigned char *lines, int 
  * lane decodes one part of its row a decode, SPAN parts of the warp's (without SwiGLU lanes 16-31 take the part
  * after lanes 0-15's); its lines are loaded from memory AHEAD decodes before their use: six for one tile (a step
  * of one to eight vectors, whose parts take little work and whose registers are free; five for the formats whose
- * loaded part takes 9 registers, else Q8_0's SwiGLU form spills), else one. The one-tile forms take up to 128
+ * loaded part takes 9 registers, else Q8_0's SwiGLU form spills; three for F16 and BF16 weights, whose part takes
+ * 16, 116-121 registers without spills), else one. The one-tile forms take up to 128
  * registers, two 8-warp blocks an SM. H200, bench_cuda_batch, half mode, against three ahead at three blocks an SM
  * (80 registers), one call, two rounds: llama3-8b at 1 / 2 / 4 / 8 sequences 212.7-214.5 / 423.7 / 834.5-834.6 /
  * 1,628-1,630 tok/s against 183.1-184.8 / 369.5-369.6 / 740.7-741.2 / 1,465-1,470, qwen2-1.5b 708.8-711.4 /
