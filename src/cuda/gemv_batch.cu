@@ -1061,6 +1061,13 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
     }
     int grid = row_blocks * div_up(n_vec, mma ? MMA_VEC : BATCH_GROUP);
     dim3 block(32, mma ? warps : F_WARPS);
+    if (mma && !quant) { /* F16 or BF16 in half mode: parts of 32 values, one a block */
+        for (int i = 0; i < n_mats; i++) job.w[i] = qtensor{(const uint8_t *)ms[i]->data, (int64_t)ms[i]->n * n_parts};
+        if (m0->type == KILN_TYPE_F16)
+            launch_mma_form<f16_w, SWIGLU, true>(wide, grid, block, stream, job, n_parts, xq, n_vec, rope);
+        else launch_mma_form<bf16_w, SWIGLU, true>(wide, grid, block, stream, job, n_parts, xq, n_vec, rope);
+        return 0;
+    }
     switch (m0->type) {
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
@@ -1077,18 +1084,12 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
         return 0;
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
-#define X(id, F)                                                                                                       \
+#define X(id)                                                                                                          \
     case id:                                                                                                           \
-        for (int i = 0; i < n_mats; i++) job.w[i] = qtensor{(const uint8_t *)ms[i]->data, (int64_t)ms[i]->n * n_parts};\
-        if (mma) launch_mma_form<F, SWIGLU, true>(wide, grid, block, stream, job, n_parts, xq, n_vec, rope);           \
-        else launch_pdl(gemv_batch_f_kernel<id, SWIGLU>, grid, block, stream, job, m0->row_bytes, m0->k, xf, n_vec);  \
+        launch_pdl(gemv_batch_f_kernel<id, SWIGLU>, grid, block, stream, job, m0->row_bytes, m0->k, xf, n_vec);       \
         return 0;
-        X(KILN_TYPE_F16, f16_w) X(KILN_TYPE_BF16, bf16_w)
+        X(KILN_TYPE_F32) X(KILN_TYPE_F16) X(KILN_TYPE_BF16)
 #undef X
-    case KILN_TYPE_F32:
-        launch_pdl(gemv_batch_f_kernel<KILN_TYPE_F32, SWIGLU>, grid, block, stream, job, m0->row_bytes, m0->k, xf,
-                   n_vec);
-        return 0;
     default: return -1;
     }
 }
