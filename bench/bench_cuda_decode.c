@@ -7,6 +7,7 @@
  * usage: bench_cuda_decode MODEL.gguf [n_prompt=512] [n_gen=128] [NAME=VALUE...]
  * Each further argument, NAME=VALUE[,NAME=VALUE...] (environment variables), is a setting compared in place of the
  * default list. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +181,22 @@ static int prompt_variant(kiln_cuda_context *ctx, const int32_t *tokens, int n_p
     return 0;
 }
 
+/* How far a decode step's logits on `other` are from ctx's, for the same token at position 0: the largest
+ * difference over the largest magnitude (the variants must compute the same step). */
+static int step_difference(kiln_cuda_context *ctx, kiln_cuda_context *other, int32_t token, int n_vocab,
+                           double *rel, kiln_error *err) {
+    float *a = malloc(sizeof(float) * (size_t)n_vocab), *b = malloc(sizeof(float) * (size_t)n_vocab);
+    int rc = !a || !b || kiln_cuda_eval(ctx, &token, 1, 0, a, err) || kiln_cuda_eval(other, &token, 1, 0, b, err);
+    double diff = 0.0, scale = 0.0;
+    for (int i = 0; !rc && i < n_vocab; i++) {
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)a[i]));
+    }
+    *rel = scale > 0.0 ? diff / scale : diff;
+    free(a), free(b);
+    return rc ? -1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL.gguf [n_prompt] [n_gen] [NAME=VALUE...]\n", argv[0]);
@@ -299,13 +316,15 @@ int main(int argc, char **argv) {
             if (kiln_cuda_generate_greedy(ctx, tokens[0], 0, n_gen, tokens, &err)) break;
             if (r >= 0) tg_other[r] = n_gen / (t1 - t0), tg_default[r] = n_gen / (now() - t1);
         }
+        double rel = 0.0;
+        if (!err.msg[0]) step_difference(ctx, other, tokens[0], cfg.n_vocab, &rel, &err);
         kiln_cuda_context_free(other);
         if (err.msg[0]) {
             fprintf(stderr, "%s\n", err.msg);
             return 1;
         }
-        printf("tg%d default %.1f tok/s, %s %.1f tok/s (alternating runs)\n", n_gen, median(tg_default), variants[v],
-               median(tg_other));
+        printf("tg%d default %.1f tok/s, %s %.1f tok/s (alternating runs); a step's logits %.2e apart\n", n_gen,
+               median(tg_default), variants[v], median(tg_other), rel);
         if (n_prompt > 1 && prompt_variant(ctx, tokens, n_prompt, logits, variants[v], &err)) {
             fprintf(stderr, "%s\n", err.msg);
             return 1;

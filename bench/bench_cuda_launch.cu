@@ -5,9 +5,15 @@
  *   pdl      programmatic dependent launch, the next kernel let in at once and waiting with griddepcontrol.wait (how
  *            the decode step's kernels wait);
  *   counter  PDL without griddepcontrol.wait: every block counts itself on a counter in global memory after its
- *            stores, and the next kernel's blocks spin on it (what a fused or persistent step's barrier costs).
+ *            stores, and the next kernel's blocks spin on it.
+ * Then the same chain as one persistent kernel (cooperative launch, 1 to 4 blocks an SM), its links separated by a
+ * grid-wide barrier built three ways (what a persistent decode step would pay instead of a kernel boundary):
+ *   fence    each block's first thread fences, adds one to a counter and spins on it (the persistent step's);
+ *   release  the same with a release add and acquire loads, no full fences;
+ *   flags    each block writes the link's number to a word of its own (a release store) and its first warp polls
+ *            every block's word (acquire loads, a lane a word), so no two blocks write the same word.
  * The numbers decide how many blocks a decode kernel should have and whether a barrier inside a kernel can replace a
- * launch (docs/cuda.md, session 15). Usage: bench_cuda_launch [values read a block, default 256] */
+ * launch (docs/cuda.md, sessions 15 and 34). Usage: bench_cuda_launch [values read a block, default 256] */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -40,6 +46,66 @@ __device__ __forceinline__ void wait_for_kernel_before() {
 #endif
 }
 
+__device__ __forceinline__ void add_release(unsigned *p, unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void store_release(unsigned *p, unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#endif
+}
+
+/* A link's work, the same in both chains: every block sums the n values of in, then writes its share of out. */
+__device__ __forceinline__ void link_work(const float *in, float *out, int n, float *partial) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += __ldcg(in + i);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
+    __syncthreads();
+    s = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += partial[w];
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = __ldcg(in + i) * 0.5f + s * 1e-6f;
+}
+
+enum barrier_kind { BARRIER_FENCE, BARRIER_RELEASE, BARRIER_FLAGS, BARRIER_KINDS };
+static const char *const barrier_names[BARRIER_KINDS] = {"fence", "release", "flags"};
+
+/* The grid's blocks meet for the link-th time (from 1 on): sync is the counter, or (flags) a word a block. */
+template <int KIND>
+__device__ __forceinline__ void grid_meet(unsigned *sync, unsigned link) {
+    __syncthreads();
+    if (KIND == BARRIER_FENCE && threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(sync, 1u);
+        while (load_acquire(sync) < link * gridDim.x) {}
+        __threadfence();
+    }
+    if (KIND == BARRIER_RELEASE && threadIdx.x == 0) {
+        add_release(sync, 1u);
+        while (load_acquire(sync) < link * gridDim.x) {}
+    }
+    if (KIND == BARRIER_FLAGS && threadIdx.x < 32) {
+        if (threadIdx.x == 0) store_release(sync + blockIdx.x, link);
+        for (unsigned b = threadIdx.x; b < gridDim.x; b += 32)
+            while (load_acquire(sync + b) < link) {}
+        __syncwarp();
+    }
+    __syncthreads();
+}
+
+template <int KIND>
+__global__ void persistent_chain_kernel(float *a, float *b, int n, unsigned *sync) {
+    __shared__ float partial[32];
+    for (int link = 0; link < CHAIN; link++) {
+        link_work(link & 1 ? b : a, link & 1 ? a : b, n, partial);
+        grid_meet<KIND>(sync, (unsigned)link + 1);
+    }
+}
+
 /* Link `link` of the chain: waits for the link before as `mode` says, sums n values of in (every block all of them),
  * writes its share of out. counters[link] counts the blocks done; link + 2 resets the counter of link, whose
  * readers (link + 1) have all passed their wait by then. */
@@ -56,15 +122,7 @@ __global__ void chain_link_kernel(const float *in, float *out, int n, unsigned *
         }
         __syncthreads();
     }
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += __ldcg(in + i);
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
-    __syncthreads();
-    s = 0.0f;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += partial[w];
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        out[i] = __ldcg(in + i) * 0.5f + s * 1e-6f;
+    link_work(in, out, n, partial);
     if (MODE == WAIT_COUNTER) {
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -119,6 +177,63 @@ static double time_chain(int mode, int grid, int threads, int n, float *const bu
     return cudaGetLastError() == cudaSuccess ? best * 1000.0 / CHAIN : -1;
 }
 
+/* Microseconds a link of the persistent chain (one cooperative launch of CHAIN links and CHAIN barriers), the best
+ * of REPLAYS launches; 0 where the grid cannot be resident at once; negative on a CUDA error. */
+static double time_persistent(int kind, int grid, int threads, int n, float *const buf[2], unsigned *sync,
+                              cudaStream_t stream) {
+    void (*kernels[BARRIER_KINDS])(float *, float *, int, unsigned *) = {
+        persistent_chain_kernel<BARRIER_FENCE>, persistent_chain_kernel<BARRIER_RELEASE>,
+        persistent_chain_kernel<BARRIER_FLAGS>};
+    int per_sm = 0, sms = 0, dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels[kind], threads, 0) != cudaSuccess) return -1;
+    if (per_sm * sms < grid) return 0;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeCooperative;
+    attr.val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = threads, cfg.stream = stream;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    cudaEvent_t start, end;
+    cudaEventCreate(&start), cudaEventCreate(&end);
+    float best = 1e30f;
+    for (int r = -1; r < REPLAYS; r++) {
+        cudaMemsetAsync(sync, 0, sizeof(unsigned) * grid, stream);
+        cudaEventRecord(start, stream);
+        cudaLaunchKernelEx(&cfg, kernels[kind], buf[0], buf[1], n, sync);
+        cudaEventRecord(end, stream);
+        cudaStreamSynchronize(stream);
+        float ms;
+        cudaEventElapsedTime(&ms, start, end);
+        if (r >= 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(start), cudaEventDestroy(end);
+    return cudaGetLastError() == cudaSuccess ? best * 1000.0 / CHAIN : -1;
+}
+
+/* The persistent chain at 1 to 4 blocks an SM of each block size, each barrier kind */
+static int print_persistent(int n, float *const buf[2], unsigned *sync, int sms, cudaStream_t stream) {
+    printf("one persistent kernel of %d links, a grid barrier after each; us a link\n", CHAIN);
+    printf("%7s %7s %8s %8s %8s\n", "threads", "blocks", barrier_names[0], barrier_names[1], barrier_names[2]);
+    static const int threads[] = {128, 256, 512};
+    for (int t = 0; t < 3; t++)
+        for (int per_sm = 1; per_sm <= 4; per_sm++) {
+            printf("%7d %7d", threads[t], per_sm * sms);
+            for (int kind = 0; kind < BARRIER_KINDS; kind++) {
+                double us = time_persistent(kind, per_sm * sms, threads[t], n, buf, sync, stream);
+                if (us < 0) {
+                    fprintf(stderr, "\nbench_cuda_launch: %s\n", cudaGetErrorString(cudaGetLastError()));
+                    return 1;
+                }
+                if (us == 0) printf(" %8s", "-");
+                else printf(" %8.3f", us);
+            }
+            printf("\n");
+        }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 256;
     int max_n = n > 1 << 16 ? n : 1 << 16;
@@ -132,15 +247,16 @@ int main(int argc, char **argv) {
     }
     cudaMalloc((void **)&buf[0], sizeof(float) * max_n), cudaMalloc((void **)&buf[1], sizeof(float) * max_n);
     cudaMemset(buf[0], 0, sizeof(float) * max_n), cudaMemset(buf[1], 0, sizeof(float) * max_n);
-    cudaMalloc((void **)&counters, sizeof(unsigned) * CHAIN);
+    int words = CHAIN > 4 * prop.multiProcessorCount ? CHAIN : 4 * prop.multiProcessorCount; /* flags: a block's */
+    cudaMalloc((void **)&counters, sizeof(unsigned) * words);
     cudaStreamCreate(&stream);
     printf("device: %s, %d SMs; a chain of %d kernels, each block reading %d floats; us a kernel\n", prop.name,
            prop.multiProcessorCount, CHAIN, n);
     printf("%7s %7s %8s %8s %8s\n", "threads", "blocks", mode_names[0], mode_names[1], mode_names[2]);
     static const int threads[] = {128, 256, 512};
-    static const int blocks[] = {132, 528, 1056, 2112, 3584};
+    static const int blocks[] = {132, 264, 396, 528, 1056, 2112, 3584};
     for (int t = 0; t < 3; t++)
-        for (int b = 0; b < 5; b++) {
+        for (int b = 0; b < 7; b++) {
             printf("%7d %7d", threads[t], blocks[b]);
             for (int mode = 0; mode < WAIT_MODES; mode++) {
                 double us = time_chain(mode, blocks[b], threads[t], n, buf, counters, stream);
@@ -152,5 +268,5 @@ int main(int argc, char **argv) {
             }
             printf("\n");
         }
-    return 0;
+    return print_persistent(n, buf, counters, prop.multiProcessorCount, stream);
 }
