@@ -781,3 +781,173 @@ extern "C" int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float 
         return launch_quant<false>(ms, ys, 3, xq, gemv_job{}, ex, stream);
     return try_mixed(ms, ys, xq, ex, stream) ? 0 : -1;
 }
+
+/* The FFN of a decode step in one launch (kiln_cuda_ffn_fused): RMSNorm, gate/up/SwiGLU, the Q8_1 of its output and
+ * the down projection added into x, with two grid-wide barriers instead of three kernel boundaries. Each block
+ * normalizes x into its own shared memory (no barrier before gate/up); the gate/up rows go as in the row loop; the
+ * warps of the grid quantize ff; the down projection takes two warps a row, four rows a block, its first weights
+ * loaded before the first barrier. The grid is one wave (every block resident), and the next kernel is let in only
+ * once all have met once. */
+#define FFN_MAX_EMBD 2048 /* x fits two runs of four values a thread; the gate/up rows are one batch a lane */
+#define FFN_DOWN_ROWS (GEMV_ROWS_PER_BLOCK / 2)
+
+struct ffn_fused_args {
+    float *x;
+    const float *norm_w;
+    float eps;
+    int n_embd, n_ff;
+    qtensor gate, up, down;
+    float *ff;
+    int8_t *ff_q;
+    unsigned *sync; /* [0]: arrivals, only growing; [1]: launches so far */
+};
+
+__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned *p) {
+    unsigned v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#endif
+    return v;
+}
+
+/* Every block of the grid has arrived here `target / gridDim.x` times, counting from the kernel's first launch
+ * (the comparison survives wrapping); the stores before it are visible to every block after it. */
+__device__ __forceinline__ void grid_meet(unsigned *arrivals, unsigned target) {
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        __threadfence();
+        atomicAdd(arrivals, 1u);
+        while ((int)(load_acquire_gpu(arrivals) - target) < 0) {}
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* x normalized (times w) as Q8_1 into the block's shared memory qs (n values, then their n / 32 scale pairs). The
+ * weights g come loaded (before the wait); x is read now. */
+__device__ __forceinline__ void norm_to_shared(const float *x, const float4 (&g)[2], float eps, int n, int8_t *qs,
+                                               float *partial) {
+    constexpr int T = 32 * GEMV_ROWS_PER_BLOCK;
+    int tid = threadIdx.y * 32 + threadIdx.x, n4 = n / 4;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 v[2];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2; k++) v[k] = tid + k * T < n4 ? ((const float4 *)x)[tid + k * T] : zero;
+#pragma unroll
+    for (int k = 0; k < 2; k++) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    ss = warp_sum(ss);
+    if (threadIdx.x == 0) partial[threadIdx.y] = ss;
+    __syncthreads();
+    ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < GEMV_ROWS_PER_BLOCK; w++) ss += partial[w];
+    float scale = rsqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int i = tid + k * T;
+        if (i - (int)threadIdx.x >= n4) break; /* whole warps (quantize_quad shuffles); n4 is a multiple of 8 */
+        float4 o = make_float4(v[k].x * scale * g[k].x, v[k].y * scale * g[k].y, v[k].z * scale * g[k].z,
+                               v[k].w * scale * g[k].w);
+        quantize_quad(o, i < n4, (char4 *)qs + i, (__half2 *)(qs + n) + i / 8);
+    }
+    __syncthreads();
+}
+
+template <class FG, class FD>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS) ffn_fused_kernel(ffn_fused_args a) {
+    __shared__ __align__(16) int8_t hq[FFN_MAX_EMBD + FFN_MAX_EMBD / 8];
+    __shared__ float partial[GEMV_ROWS_PER_BLOCK], down_part[GEMV_ROWS_PER_BLOCK];
+    __shared__ unsigned launch;
+    constexpr int T = 32 * GEMV_ROWS_PER_BLOCK;
+    int lane = threadIdx.x, tid = threadIdx.y * 32 + lane, n_parts = a.n_embd / 32;
+    int64_t per_row = n_parts / FG::parts;
+    int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y, stride = gridDim.x * GEMV_ROWS_PER_BLOCK;
+    kraw ra[2], rb[2];
+    int uc[2];
+    /* before the wait: what no kernel of the step writes (the first rows' weights, the norm's weights) */
+    load_batch<FG, GEMV_SWIGLU, 1, 2>(a.gate, a.up, (int64_t)min(row, a.n_ff - 1) * per_row, 0, lane, n_parts, ra,
+                                      rb, uc);
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 g[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) g[k] = tid + k * T < a.n_embd / 4 ? ((const float4 *)a.norm_w)[tid + k * T] : zero;
+    pdl_wait();
+    if (tid == 0) launch = *(volatile unsigned *)(a.sync + 1);
+    norm_to_shared(a.x, g, a.eps, a.n_embd, hq, partial);
+    q8_1_view xv = q8_1_at(hq, a.n_embd);
+    q8_1_held h[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) hold_q8_1<FG>(xv, uc[i], h[i]);
+    while (row < a.n_ff) {
+        float ga = 0.0f, ub = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            bool in_row = lane + 32 * i < n_parts;
+            float da = dot_held<FG>(ra[i], uc[i] % FG::parts, h[i]), db = dot_held<FG>(rb[i], uc[i] % FG::parts, h[i]);
+            ga += in_row ? da : 0.0f;
+            ub += in_row ? db : 0.0f;
+        }
+        ga = warp_sum(ga), ub = warp_sum(ub);
+        if (lane == 0) a.ff[row] = silu(ga) * ub;
+        row += stride;
+        if (row < a.n_ff)
+            load_batch<FG, GEMV_SWIGLU, 1, 2>(a.gate, a.up, (int64_t)row * per_row, 0, lane, n_parts, ra, rb, uc);
+    }
+
+    /* the down projection's first weights, then the grid meets: ff is whole */
+    int d_parts = a.n_ff / 32, slice = threadIdx.y % 2, d_row = blockIdx.x * FFN_DOWN_ROWS + threadIdx.y / 2;
+    int d_end = d_row < a.n_embd ? d_parts : 0, u_first = 32 * slice + lane;
+    int64_t d0 = (int64_t)d_row * (d_parts / FD::parts);
+    constexpr int STEP = 32 * 2 * 2;
+    kraw da[2], db[2];
+    int duc[2];
+    bool any = 32 * slice < d_end;
+    if (any) load_batch<FD, GEMV_ONE, 2, 2>(a.down, a.down, d0, 0, u_first, d_end, da, db, duc);
+    unsigned base = launch * 2u * gridDim.x;
+    grid_meet(a.sync, base + gridDim.x);
+    pdl_release(); /* every block is resident: the next kernel may take what is left */
+    if (blockIdx.x == 0 && tid == 0) atomicAdd(a.sync + 1, 1u); /* every block has read launch */
+    __half2 *ds = (__half2 *)(a.ff_q + a.n_ff);
+    for (int b = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y; b < a.n_ff / 32; b += stride)
+        quantize_warp(__ldcg(a.ff + b * 32 + lane), a.ff_q + b * 32, ds + b);
+    grid_meet(a.sync, base + 2u * gridDim.x);
+
+    q8_1_view fv = q8_1_at(a.ff_q, a.n_ff);
+    float s = 0.0f, unused = 0.0f;
+    if (any) dot_batch<FD, GEMV_ONE, 2, 2>(da, db, duc, u_first, d_end, fv, s, unused);
+    for (int u0 = u_first + STEP; u0 - lane < d_end; u0 += STEP) {
+        load_batch<FD, GEMV_ONE, 2, 2>(a.down, a.down, d0, 0, u0, d_end, da, db, duc);
+        dot_batch<FD, GEMV_ONE, 2, 2>(da, db, duc, u0, d_end, fv, s, unused);
+    }
+    s = warp_sum(s);
+    if (lane == 0) down_part[threadIdx.y] = s;
+    __syncthreads();
+    if (slice == 0 && lane == 0 && d_row < a.n_embd) a.x[d_row] += s + down_part[threadIdx.y + 1];
+}
+
+template <class FG, class FD>
+static int launch_ffn_fused(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const kiln_cuda_matrix *down,
+                            float *x, const float *norm_w, float eps, float *ff, void *ff_q, unsigned *sync,
+                            cudaStream_t stream) {
+    int grid = first_wave<ffn_fused_kernel<FG, FD>>();
+    if (grid < div_up(down->n, FFN_DOWN_ROWS)) return -1;
+    ffn_fused_args a = {x,          norm_w,     eps, gate->k, gate->n, tensor_of<FG>(gate), tensor_of<FG>(up),
+                        tensor_of<FD>(down), ff, (int8_t *)ff_q, sync};
+    launch_pdl(ffn_fused_kernel<FG, FD>, grid, dim3(32, GEMV_ROWS_PER_BLOCK), stream, a);
+    return 0;
+}
+
+extern "C" int kiln_cuda_ffn_fused(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up,
+                                   const kiln_cuda_matrix *down, float *x, const float *norm_w, float eps, float *ff,
+                                   void *ff_q, unsigned *sync, cudaStream_t stream) {
+    int n_embd = gate->k;
+    if (gate->type != up->type || gate->n != up->n || up->k != n_embd || down->k != gate->n || down->n != n_embd ||
+        n_embd % 32 || n_embd > FFN_MAX_EMBD || gate->n % 32 || down->k / 32 < 256)
+        return -1;
+    if (gate->type == KILN_TYPE_Q4_K && down->type == KILN_TYPE_Q4_K)
+        return launch_ffn_fused<q4_K_t, q4_K_t>(gate, up, down, x, norm_w, eps, ff, ff_q, sync, stream);
+    if (gate->type == KILN_TYPE_Q4_K && down->type == KILN_TYPE_Q6_K)
+        return launch_ffn_fused<q4_K_t, q6_K_t>(gate, up, down, x, norm_w, eps, ff, ff_q, sync, stream);
+    return -1;
+}
