@@ -11,7 +11,10 @@
  *   fence    each block's first thread fences, adds one to a counter and spins on it (the persistent step's);
  *   release  the same with a release add and acquire loads, no full fences;
  *   flags    each block writes the link's number to a word of its own (a release store) and its first warp polls
- *            every block's word (acquire loads, a lane a word), so no two blocks write the same word.
+ *            every block's word (acquire loads, a lane a word), so no two blocks write the same word;
+ *   ring     no barrier: block b waits only for block b + 1 of the link before (its word, as with flags) and reads
+ *            the values that block wrote, so a link costs one hop between two blocks (what a step whose stages wait
+ *            for the rows they read, not for the whole grid, would pay on its critical path).
  * The numbers decide how many blocks a decode kernel should have and whether a barrier inside a kernel can replace a
  * launch (docs/cuda.md, sessions 15 and 34). Usage: bench_cuda_launch [values read a block, default 256] */
 #include <stdio.h>
@@ -58,8 +61,9 @@ __device__ __forceinline__ void store_release(unsigned *p, unsigned v) {
 #endif
 }
 
-/* A link's work, the same in both chains: every block sums the n values of in, then writes its share of out. */
-__device__ __forceinline__ void link_work(const float *in, float *out, int n, float *partial) {
+/* A link's work: the block sums the n values of in, then writes out[i] for i = first, first + stride, ... below n
+ * (first counted from the block's first thread). */
+__device__ __forceinline__ void link_work(const float *in, float *out, int n, float *partial, int first, int stride) {
     float s = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += __ldcg(in + i);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -67,12 +71,16 @@ __device__ __forceinline__ void link_work(const float *in, float *out, int n, fl
     __syncthreads();
     s = 0.0f;
     for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += partial[w];
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        out[i] = __ldcg(in + i) * 0.5f + s * 1e-6f;
+    for (int i = first + threadIdx.x; i < n; i += stride) out[i] = __ldcg(in + i) * 0.5f + s * 1e-6f;
 }
 
-enum barrier_kind { BARRIER_FENCE, BARRIER_RELEASE, BARRIER_FLAGS, BARRIER_KINDS };
-static const char *const barrier_names[BARRIER_KINDS] = {"fence", "release", "flags"};
+/* ... as the chains of kernels and of barriers do it: each block its share of out */
+__device__ __forceinline__ void link_share(const float *in, float *out, int n, float *partial) {
+    link_work(in, out, n, partial, blockIdx.x * blockDim.x, gridDim.x * blockDim.x);
+}
+
+enum barrier_kind { BARRIER_FENCE, BARRIER_RELEASE, BARRIER_FLAGS, BARRIER_RING, BARRIER_KINDS };
+static const char *const barrier_names[BARRIER_KINDS] = {"fence", "release", "flags", "ring"};
 
 /* The grid's blocks meet for the link-th time (from 1 on): sync is the counter, or (flags) a word a block. */
 template <int KIND>
@@ -101,8 +109,27 @@ template <int KIND>
 __global__ void persistent_chain_kernel(float *a, float *b, int n, unsigned *sync) {
     __shared__ float partial[32];
     for (int link = 0; link < CHAIN; link++) {
-        link_work(link & 1 ? b : a, link & 1 ? a : b, n, partial);
+        link_share(link & 1 ? b : a, link & 1 ? a : b, n, partial);
         grid_meet<KIND>(sync, (unsigned)link + 1);
+    }
+}
+
+/* The ring: each block sums the n values block b + 1 wrote in the link before (once its word says so) and writes n
+ * of its own; sync holds a word a block. */
+__global__ void persistent_ring_kernel(float *a, float *b, int n, unsigned *sync) {
+    __shared__ float partial[32];
+    unsigned next = (blockIdx.x + 1) % gridDim.x;
+    for (int link = 0; link < CHAIN; link++) {
+        const float *in = (link & 1 ? b : a) + (size_t)next * n;
+        float *out = (link & 1 ? a : b) + (size_t)blockIdx.x * n;
+        if (link > 0) {
+            if (threadIdx.x == 0)
+                while (load_acquire(sync + next) < (unsigned)link) {}
+            __syncthreads();
+        }
+        link_work(in, out, n, partial, 0, blockDim.x);
+        __syncthreads();
+        if (threadIdx.x == 0) store_release(sync + blockIdx.x, (unsigned)link + 1);
     }
 }
 
@@ -122,7 +149,7 @@ __global__ void chain_link_kernel(const float *in, float *out, int n, unsigned *
         }
         __syncthreads();
     }
-    link_work(in, out, n, partial);
+    link_share(in, out, n, partial);
     if (MODE == WAIT_COUNTER) {
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -183,7 +210,7 @@ static double time_persistent(int kind, int grid, int threads, int n, float *con
                               cudaStream_t stream) {
     void (*kernels[BARRIER_KINDS])(float *, float *, int, unsigned *) = {
         persistent_chain_kernel<BARRIER_FENCE>, persistent_chain_kernel<BARRIER_RELEASE>,
-        persistent_chain_kernel<BARRIER_FLAGS>};
+        persistent_chain_kernel<BARRIER_FLAGS>, persistent_ring_kernel};
     int per_sm = 0, sms = 0, dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -214,8 +241,10 @@ static double time_persistent(int kind, int grid, int threads, int n, float *con
 
 /* The persistent chain at 1 to 4 blocks an SM of each block size, each barrier kind */
 static int print_persistent(int n, float *const buf[2], unsigned *sync, int sms, cudaStream_t stream) {
-    printf("one persistent kernel of %d links, a grid barrier after each; us a link\n", CHAIN);
-    printf("%7s %7s %8s %8s %8s\n", "threads", "blocks", barrier_names[0], barrier_names[1], barrier_names[2]);
+    printf("one persistent kernel of %d links, a grid barrier after each (ring: one block waiting for another); "
+           "us a link\n", CHAIN);
+    printf("%7s %7s %8s %8s %8s %8s\n", "threads", "blocks", barrier_names[0], barrier_names[1], barrier_names[2],
+           barrier_names[3]);
     static const int threads[] = {128, 256, 512};
     for (int t = 0; t < 3; t++)
         for (int per_sm = 1; per_sm <= 4; per_sm++) {
@@ -236,7 +265,7 @@ static int print_persistent(int n, float *const buf[2], unsigned *sync, int sms,
 
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 256;
-    int max_n = n > 1 << 16 ? n : 1 << 16;
+    int max_n = 4 * 1024 * n > 1 << 16 ? 4 * 1024 * n : 1 << 16; /* the ring: n values a block, up to 4096 blocks */
     float *buf[2];
     unsigned *counters;
     cudaStream_t stream;
