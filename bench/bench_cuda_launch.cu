@@ -175,6 +175,26 @@ static cudaError_t launch_link(int mode, int grid, int threads, cudaStream_t str
     return cudaLaunchKernelEx(&cfg, chain_link_kernel<WAIT_COUNTER>, in, out, n, counters, link, before);
 }
 
+/* The best of REPLAYS timed runs of launch() (after one untimed), in ms; reset() before each, untimed. */
+template <class Reset, class Launch>
+static float best_ms(cudaStream_t stream, Reset reset, Launch launch) {
+    cudaEvent_t start, end;
+    cudaEventCreate(&start), cudaEventCreate(&end);
+    float best = 1e30f;
+    for (int r = -1; r < REPLAYS; r++) {
+        reset();
+        cudaEventRecord(start, stream);
+        launch();
+        cudaEventRecord(end, stream);
+        cudaStreamSynchronize(stream);
+        float ms;
+        cudaEventElapsedTime(&ms, start, end);
+        if (r >= 0 && ms < best) best = ms;
+    }
+    cudaEventDestroy(start), cudaEventDestroy(end);
+    return best;
+}
+
 /* Microseconds a link of the chain, the best of REPLAYS replays; negative on a CUDA error. */
 static double time_chain(int mode, int grid, int threads, int n, float *const buf[2], unsigned *counters,
                          cudaStream_t stream) {
@@ -186,20 +206,9 @@ static double time_chain(int mode, int grid, int threads, int n, float *const bu
         launch_link(mode, grid, threads, stream, buf[link & 1], buf[(link + 1) & 1], n, counters, link);
     if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) return -1;
     if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return -1;
-    cudaEvent_t start, end;
-    cudaEventCreate(&start), cudaEventCreate(&end);
-    float best = 1e30f;
-    for (int r = -1; r < REPLAYS; r++) {
-        cudaMemsetAsync(counters, 0, counter_bytes, stream); /* the last two links' counters */
-        cudaEventRecord(start, stream);
-        cudaGraphLaunch(exec, stream);
-        cudaEventRecord(end, stream);
-        cudaStreamSynchronize(stream);
-        float ms;
-        cudaEventElapsedTime(&ms, start, end);
-        if (r >= 0 && ms < best) best = ms;
-    }
-    cudaEventDestroy(start), cudaEventDestroy(end);
+    /* the reset: the last two links' counters */
+    float best = best_ms(stream, [&] { cudaMemsetAsync(counters, 0, counter_bytes, stream); },
+                         [&] { cudaGraphLaunch(exec, stream); });
     cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
     return cudaGetLastError() == cudaSuccess ? best * 1000.0 / CHAIN : -1;
 }
@@ -222,20 +231,8 @@ static double time_persistent(int kind, int grid, int threads, int n, float *con
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid, cfg.blockDim = threads, cfg.stream = stream;
     cfg.attrs = &attr, cfg.numAttrs = 1;
-    cudaEvent_t start, end;
-    cudaEventCreate(&start), cudaEventCreate(&end);
-    float best = 1e30f;
-    for (int r = -1; r < REPLAYS; r++) {
-        cudaMemsetAsync(sync, 0, sizeof(unsigned) * grid, stream);
-        cudaEventRecord(start, stream);
-        cudaLaunchKernelEx(&cfg, kernels[kind], buf[0], buf[1], n, sync);
-        cudaEventRecord(end, stream);
-        cudaStreamSynchronize(stream);
-        float ms;
-        cudaEventElapsedTime(&ms, start, end);
-        if (r >= 0 && ms < best) best = ms;
-    }
-    cudaEventDestroy(start), cudaEventDestroy(end);
+    float best = best_ms(stream, [&] { cudaMemsetAsync(sync, 0, sizeof(unsigned) * grid, stream); },
+                         [&] { cudaLaunchKernelEx(&cfg, kernels[kind], buf[0], buf[1], n, sync); });
     return cudaGetLastError() == cudaSuccess ? best * 1000.0 / CHAIN : -1;
 }
 
