@@ -20,6 +20,7 @@
 #include "format/gguf.h"
 #include "model/model.h"
 #include "sample/sample.h"
+#include "util/error.h"
 
 #define RUNS 3
 
@@ -186,7 +187,8 @@ static int prompt_variant(kiln_cuda_context *ctx, const int32_t *tokens, int n_p
 static int step_difference(kiln_cuda_context *ctx, kiln_cuda_context *other, int32_t token, int n_vocab,
                            double *rel, kiln_error *err) {
     float *a = malloc(sizeof(float) * (size_t)n_vocab), *b = malloc(sizeof(float) * (size_t)n_vocab);
-    int rc = !a || !b || kiln_cuda_eval(ctx, &token, 1, 0, a, err) || kiln_cuda_eval(other, &token, 1, 0, b, err);
+    int rc = !a || !b ? kiln_fail(err, "out of memory for two rows of logits")
+                      : kiln_cuda_eval(ctx, &token, 1, 0, a, err) || kiln_cuda_eval(other, &token, 1, 0, b, err);
     double diff = 0.0, scale = 0.0;
     for (int i = 0; !rc && i < n_vocab; i++) {
         diff = fmax(diff, fabs((double)a[i] - b[i]));
