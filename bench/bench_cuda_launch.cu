@@ -115,7 +115,9 @@ __global__ void persistent_chain_kernel(float *a, float *b, int n, unsigned *syn
 }
 
 /* The ring: each block sums the n values block b + 1 wrote in the link before (once its word says so) and writes n
- * of its own; sync holds a word a block. */
+ * of its own; sync holds a word a block. The longest chain of waits is CHAIN hops, one a link. Nothing holds a block
+ * back until its reader has read, so it may overwrite values not yet read: the values are not the point, only the
+ * waits. */
 __global__ void persistent_ring_kernel(float *a, float *b, int n, unsigned *sync) {
     __shared__ float partial[32];
     unsigned next = (blockIdx.x + 1) % gridDim.x;
