@@ -215,18 +215,17 @@ static double time_chain(int mode, int grid, int threads, int n, float *const bu
     return cudaGetLastError() == cudaSuccess ? best * 1000.0 / CHAIN : -1;
 }
 
-/* Microseconds a link of the persistent chain (one cooperative launch of CHAIN links and CHAIN barriers), the best
- * of REPLAYS launches; 0 where the grid cannot be resident at once; negative on a CUDA error. */
-static double time_persistent(int kind, int grid, int threads, int n, float *const buf[2], unsigned *sync,
+/* Microseconds a link of the persistent chain (one cooperative launch of CHAIN links and CHAIN barriers) over
+ * per_sm blocks on each of the sms SMs, the best of REPLAYS launches; 0 where those blocks cannot all be resident;
+ * negative on a CUDA error. */
+static double time_persistent(int kind, int per_sm, int sms, int threads, int n, float *const buf[2], unsigned *sync,
                               cudaStream_t stream) {
     void (*kernels[BARRIER_KINDS])(float *, float *, int, unsigned *) = {
         persistent_chain_kernel<BARRIER_FENCE>, persistent_chain_kernel<BARRIER_RELEASE>,
         persistent_chain_kernel<BARRIER_FLAGS>, persistent_ring_kernel};
-    int per_sm = 0, sms = 0, dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels[kind], threads, 0) != cudaSuccess) return -1;
-    if (per_sm * sms < grid) return 0;
+    int fits = 0, grid = per_sm * sms;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, kernels[kind], threads, 0) != cudaSuccess) return -1;
+    if (fits < per_sm) return 0;
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeCooperative;
     attr.val.cooperative = 1;
@@ -249,7 +248,7 @@ static int print_persistent(int n, float *const buf[2], unsigned *sync, int sms,
         for (int per_sm = 1; per_sm <= 4; per_sm++) {
             printf("%7d %7d", threads[t], per_sm * sms);
             for (int kind = 0; kind < BARRIER_KINDS; kind++) {
-                double us = time_persistent(kind, per_sm * sms, threads[t], n, buf, sync, stream);
+                double us = time_persistent(kind, per_sm, sms, threads[t], n, buf, sync, stream);
                 if (us < 0) {
                     fprintf(stderr, "\nbench_cuda_launch: %s\n", cudaGetErrorString(cudaGetLastError()));
                     return 1;
