@@ -781,3 +781,202 @@ extern "C" int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float 
         return launch_quant<false>(ms, ys, 3, xq, gemv_job{}, ex, stream);
     return try_mixed(ms, ys, xq, ex, stream) ? 0 : -1;
 }
+
+/* The FFN of a decode step as one dataflow launch (kiln_cuda_ffn_flow): no grid barrier, each part of the work
+ * waits only for what it reads. Every block normalizes x into its own shared memory; the gate/up rows go as in the
+ * row loop, and each row's warp counts it on its group of 32 rows; the warp that completes a group quantizes it
+ * into ff_q and raises the group's flag; the down projection (two warps a row, four rows a block, its first
+ * weights loaded as soon as the block's gate/up rows are done) waits for the flags of the groups each lane reads.
+ * The grid is one wave, so every warp that a flag waits for is resident. */
+#define FFN_MAX_EMBD 2048 /* x fits two runs of four values a thread; the gate/up rows are one batch a lane */
+#define FFN_DOWN_ROWS (GEMV_ROWS_PER_BLOCK / 2)
+#define FFN_FLOW_MAX_BLOCKS 4096
+
+struct ffn_flow_args {
+    float *x;
+    const float *norm_w;
+    float eps;
+    int n_embd, n_ff;
+    qtensor gate, up, down;
+    float *ff;
+    int8_t *ff_q;
+    unsigned *rows_done; /* a group's rows counted, all launches (n_ff / 32) */
+    unsigned *ready;     /* a group's Q8_1 is in ff_q for launch e once it reads e + 1 (n_ff / 32) */
+    unsigned *launches;  /* launches each block has run (the grid's) */
+};
+
+/* A flag read without ordering (polling); fence_acq_rel_gpu after the last read makes it an acquire. */
+__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned *p) {
+    unsigned v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#endif
+    return v;
+}
+
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void store_release_gpu(unsigned *p, unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#endif
+}
+
+__device__ __forceinline__ unsigned add_acq_rel_gpu(unsigned *p, unsigned v) {
+    unsigned old = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+#endif
+    return old;
+}
+
+/* x normalized (times w) as Q8_1 into the block's shared memory qs (n values, then their n / 32 scale pairs). The
+ * weights g come loaded (before the wait); x is read now. */
+__device__ __forceinline__ void norm_to_shared(const float *x, const float4 (&g)[2], float eps, int n, int8_t *qs,
+                                               float *partial) {
+    constexpr int T = 32 * GEMV_ROWS_PER_BLOCK;
+    int tid = threadIdx.y * 32 + threadIdx.x, n4 = n / 4;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 v[2];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2; k++) v[k] = tid + k * T < n4 ? ((const float4 *)x)[tid + k * T] : zero;
+#pragma unroll
+    for (int k = 0; k < 2; k++) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    ss = warp_sum(ss);
+    if (threadIdx.x == 0) partial[threadIdx.y] = ss;
+    __syncthreads();
+    ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < GEMV_ROWS_PER_BLOCK; w++) ss += partial[w];
+    float scale = rsqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int i = tid + k * T;
+        if (i - (int)threadIdx.x >= n4) break; /* whole warps (quantize_quad shuffles); n4 is a multiple of 8 */
+        float4 o = make_float4(v[k].x * scale * g[k].x, v[k].y * scale * g[k].y, v[k].z * scale * g[k].z,
+                               v[k].w * scale * g[k].w);
+        quantize_quad(o, i < n4, (char4 *)qs + i, (__half2 *)(qs + n) + i / 8);
+    }
+    __syncthreads();
+}
+
+/* Row `row` of ff is written: counted on its group, and the warp that completes the group quantizes it (acquire:
+ * the other warps' rows are visible) and raises its flag to `flag`. */
+__device__ __forceinline__ void ffn_row_done(const ffn_flow_args &a, int row, unsigned flag) {
+    unsigned old = 0;
+    if (threadIdx.x == 0) old = add_acq_rel_gpu(a.rows_done + row / 32, 1u);
+    old = __shfl_sync(0xffffffffu, old, 0);
+    if (old % 32 != 31) return;
+    __syncwarp(); /* the lanes' reads after lane 0's acquire */
+    int g = row / 32;
+    quantize_warp(__ldcg(a.ff + g * 32 + threadIdx.x), a.ff_q + g * 32, (__half2 *)(a.ff_q + a.n_ff) + g);
+    __syncwarp();
+    if (threadIdx.x == 0) {
+        __threadfence(); /* the warp's stores of the block before the flag */
+        store_release_gpu(a.ready + g, flag);
+    }
+}
+
+template <class FG, class FD>
+__global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS) ffn_flow_kernel(ffn_flow_args a) {
+    __shared__ __align__(16) int8_t hq[FFN_MAX_EMBD + FFN_MAX_EMBD / 8];
+    __shared__ float partial[GEMV_ROWS_PER_BLOCK], down_part[GEMV_ROWS_PER_BLOCK];
+    __shared__ unsigned launch;
+    constexpr int T = 32 * GEMV_ROWS_PER_BLOCK;
+    int lane = threadIdx.x, tid = threadIdx.y * 32 + lane, n_parts = a.n_embd / 32;
+    int64_t per_row = n_parts / FG::parts;
+    int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y, stride = gridDim.x * GEMV_ROWS_PER_BLOCK;
+    kraw ra[2], rb[2];
+    int uc[2];
+    /* before the wait: what no kernel of the step writes (the first rows' weights, the norm's weights) */
+    load_batch<FG, GEMV_SWIGLU, 1, 2>(a.gate, a.up, (int64_t)min(row, a.n_ff - 1) * per_row, 0, lane, n_parts, ra,
+                                      rb, uc);
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 g[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) g[k] = tid + k * T < a.n_embd / 4 ? ((const float4 *)a.norm_w)[tid + k * T] : zero;
+    pdl_wait();
+    if (tid == 0) launch = a.launches[blockIdx.x];
+    norm_to_shared(a.x, g, a.eps, a.n_embd, hq, partial);
+    unsigned flag = launch + 1;
+    q8_1_view xv = q8_1_at(hq, a.n_embd);
+    q8_1_held h[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) hold_q8_1<FG>(xv, uc[i], h[i]);
+    while (row < a.n_ff) {
+        float ga = 0.0f, ub = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            bool in_row = lane + 32 * i < n_parts;
+            float da = dot_held<FG>(ra[i], uc[i] % FG::parts, h[i]), db = dot_held<FG>(rb[i], uc[i] % FG::parts, h[i]);
+            ga += in_row ? da : 0.0f;
+            ub += in_row ? db : 0.0f;
+        }
+        ga = warp_sum(ga), ub = warp_sum(ub);
+        if (lane == 0) a.ff[row] = silu(ga) * ub;
+        int next = row + stride;
+        if (next < a.n_ff)
+            load_batch<FG, GEMV_SWIGLU, 1, 2>(a.gate, a.up, (int64_t)next * per_row, 0, lane, n_parts, ra, rb, uc);
+        ffn_row_done(a, row, flag);
+        row = next;
+    }
+
+    int d_parts = a.n_ff / 32, slice = threadIdx.y % 2, d_row = blockIdx.x * FFN_DOWN_ROWS + threadIdx.y / 2;
+    int d_end = d_row < a.n_embd ? d_parts : 0, u_first = 32 * slice + lane;
+    int64_t d0 = (int64_t)d_row * (d_parts / FD::parts);
+    constexpr int STEP = 32 * 2 * 2;
+    q8_1_view fv = q8_1_at(a.ff_q, a.n_ff);
+    float s = 0.0f, unused = 0.0f;
+    for (int u0 = u_first; u0 - lane < d_end; u0 += STEP) {
+        kraw da[2], db[2];
+        int duc[2];
+        load_batch<FD, GEMV_ONE, 2, 2>(a.down, a.down, d0, 0, u0, d_end, da, db, duc);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            while ((int)(load_relaxed_gpu(a.ready + duc[i]) - flag) < 0) {}
+        fence_acq_rel_gpu();
+        dot_batch<FD, GEMV_ONE, 2, 2>(da, db, duc, u0, d_end, fv, s, unused);
+    }
+    s = warp_sum(s);
+    if (lane == 0) down_part[threadIdx.y] = s;
+    __syncthreads();
+    if (slice == 0 && lane == 0 && d_row < a.n_embd) a.x[d_row] += s + down_part[threadIdx.y + 1];
+    if (tid == 0) a.launches[blockIdx.x] = flag;
+}
+
+extern "C" size_t kiln_cuda_ffn_flow_sync_words(int n_ff) { return (size_t)n_ff / 16 + FFN_FLOW_MAX_BLOCKS; }
+
+template <class FG, class FD>
+static int launch_ffn_flow(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const kiln_cuda_matrix *down,
+                           float *x, const float *norm_w, float eps, float *ff, void *ff_q, unsigned *sync,
+                           cudaStream_t stream) {
+    /* one grid for both forms: the blocks' launch counts (a.launches) must advance together */
+    int grid = min(first_wave<ffn_flow_kernel<q4_K_t, q4_K_t>>(), first_wave<ffn_flow_kernel<q4_K_t, q6_K_t>>());
+    int groups = gate->n / 32;
+    /* every block owns a gate/up row: x, which each block reads first, is written only once all rows are done */
+    if (grid < div_up(down->n, FFN_DOWN_ROWS) || grid > FFN_FLOW_MAX_BLOCKS || grid * GEMV_ROWS_PER_BLOCK > gate->n)
+        return -1;
+    ffn_flow_args a = {x, norm_w, eps, gate->k, gate->n, tensor_of<FG>(gate), tensor_of<FG>(up), tensor_of<FD>(down),
+                       ff, (int8_t *)ff_q, sync, sync + groups, sync + 2 * groups};
+    launch_pdl(ffn_flow_kernel<FG, FD>, grid, dim3(32, GEMV_ROWS_PER_BLOCK), stream, a);
+    return 0;
+}
+
+extern "C" int kiln_cuda_ffn_flow(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up,
+                                  const kiln_cuda_matrix *down, float *x, const float *norm_w, float eps, float *ff,
+                                  void *ff_q, unsigned *sync, cudaStream_t stream) {
+    int n_embd = gate->k;
+    if (gate->type != up->type || gate->n != up->n || up->k != n_embd || down->k != gate->n || down->n != n_embd ||
+        n_embd % 32 || n_embd > FFN_MAX_EMBD || gate->n % 32 || down->k / 32 < 256)
+        return -1;
+    if (gate->type == KILN_TYPE_Q4_K && down->type == KILN_TYPE_Q4_K)
+        return launch_ffn_flow<q4_K_t, q4_K_t>(gate, up, down, x, norm_w, eps, ff, ff_q, sync, stream);
+    if (gate->type == KILN_TYPE_Q4_K && down->type == KILN_TYPE_Q6_K)
+        return launch_ffn_flow<q4_K_t, q6_K_t>(gate, up, down, x, norm_w, eps, ff, ff_q, sync, stream);
+    return -1;
+}
