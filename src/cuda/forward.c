@@ -13,7 +13,7 @@
 
 #define Q8_1_BYTES 36    /* one block_q8_1 per 32 activations */
 
-enum { FUSE_ATTENTION = 1, FUSE_NORM = 2, FUSE_QKV_ROPE = 4, FUSE_FFN = 8 };
+enum { FUSE_ATTENTION = 1, FUSE_NORM = 2, FUSE_QKV_ROPE = 4 };
 
 /* Spans (KILN_CUDA_FIRST_SPAN): a decode step at position pos is built for the first span above pos. The attention
  * launch's blocks are all scheduled whether their slice holds positions or not, and a grid sized for the whole
@@ -104,7 +104,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     size_t splits_x_tokens = T > KILN_CUDA_DECODE_SPLITS ? T : KILN_CUDA_DECODE_SPLITS;
     size_t cache = (size_t)cfg->n_layer * kvd * (size_t)c->n_ctx * 2;
     /* one per head for the attention (the first also for the norms), two for the persistent step's barriers */
-    size_t counters = (size_t)cfg->n_head + 2 + kiln_cuda_ffn_flow_sync_words(cfg->n_ff);
+    size_t counters = (size_t)cfg->n_head + 2;
     struct { void **p; size_t bytes; } bufs[] = {
         {(void **)&c->d_io, sizeof(int32_t) * (T + 1)},
         {(void **)&c->x, sizeof(float) * T * cfg->n_embd},
@@ -466,12 +466,6 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     const kiln_config *cfg = &c->cm->cfg;
     const kiln_cuda_layer *L = &c->cm->layers[l];
     void *hq = quantized_input(c, &L->gate, T);
-    if (T == 1 && !c->normed && (c->fuse & FUSE_FFN) && !c->skip) {
-        MARK(c, KILN_OP_GATE_UP, l, mbytes(&L->gate) + mbytes(&L->up) + mbytes(&L->down));
-        if (!kiln_cuda_ffn_flow(&L->gate, &L->up, &L->down, c->x, L->ffn_norm, cfg->rms_eps, c->ff, c->act_q,
-                                c->counters + cfg->n_head + 2, c->stream))
-            return 0;
-    }
     if (!c->normed && !skipped(c, T, SKIP_NORM)) {
         MARK(c, KILN_OP_NORM, l, 0);
         norm(c, L->ffn_norm, c->x, hq, T);

@@ -78,15 +78,6 @@ int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, float *y, con
 int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq, const float *xf,
                           float *y, cudaStream_t stream);
 
-/* A decode step's FFN as one dataflow launch: x += down(SwiGLU(gate h, up h)) with h = RMSNorm(x; norm_w), ff its
- * F32 and ff_q its Q8_1 scratch, sync kiln_cuda_ffn_flow_sync_words(n_ff) unsigneds in device memory, zero before
- * the first use and kept for these launches alone. -1 where the shapes or types have no such kernel (rows of gate
- * up to 2048 inputs, Q4_K gate/up, Q4_K or Q6_K down) or the GPU cannot hold the grid. */
-int kiln_cuda_ffn_flow(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const kiln_cuda_matrix *down,
-                       float *x, const float *norm_w, float eps, float *ff, void *ff_q, unsigned *sync,
-                       cudaStream_t stream);
-size_t kiln_cuda_ffn_flow_sync_words(int n_ff);
-
 /* dst[t] = row tokens[t] of m dequantized to F32 (the embedding lookup); token ids read from device memory. */
 int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_tokens, int n_tokens, float *dst,
                        cudaStream_t stream);

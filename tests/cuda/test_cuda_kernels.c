@@ -217,66 +217,6 @@ static void test_gemv_norm(void **state) {
     check_gemv_norm(KILN_TYPE_Q8_0, 512, 4096);
 }
 
-/* The decode FFN in one dataflow launch (x += down(SwiGLU(gate h, up h)), h = RMSNorm(x)) against the separate
- * norm, gate/up and down kernels (each checked against the CPU above), launched three times over the same flags to
- * see them advance from launch to launch. */
-static void check_ffn_flow(kiln_type t_down, int n_embd, int n_ff) {
-    float *dg_deq, *du_deq, *dd_deq;
-    uint8_t *wg = random_rows(KILN_TYPE_Q4_K, n_embd, n_ff, &dg_deq);
-    uint8_t *wu = random_rows(KILN_TYPE_Q4_K, n_embd, n_ff, &du_deq);
-    uint8_t *wd = random_rows(t_down, n_ff, n_embd, &dd_deq);
-    float *x0 = malloc(sizeof(float) * n_embd), *g = malloc(sizeof(float) * n_embd);
-    float *outs[2] = {malloc(sizeof(float) * n_embd), malloc(sizeof(float) * n_embd)};
-    rng_fill(x0, n_embd, 1.0f), rng_fill(g, n_embd, 1.0f);
-    kiln_cuda_matrix gate = {upload_matrix(KILN_TYPE_Q4_K, wg, n_embd, n_ff), KILN_TYPE_Q4_K, n_embd, n_ff,
-                             kiln_row_size(KILN_TYPE_Q4_K, n_embd)};
-    kiln_cuda_matrix up = {upload_matrix(KILN_TYPE_Q4_K, wu, n_embd, n_ff), KILN_TYPE_Q4_K, n_embd, n_ff,
-                           kiln_row_size(KILN_TYPE_Q4_K, n_embd)};
-    kiln_cuda_matrix down = {upload_matrix(t_down, wd, n_ff, n_embd), t_down, n_ff, n_embd,
-                             kiln_row_size(t_down, n_ff)};
-    const float *dnorm = gpu_upload(g, sizeof(float) * n_embd);
-    float *dx = gpu_alloc(sizeof(float) * n_embd), *dh = gpu_alloc(sizeof(float) * n_embd);
-    float *dff = gpu_alloc(sizeof(float) * n_ff);
-    void *dhq = gpu_alloc(Q8_1_BYTES(n_embd)), *dffq = gpu_alloc(Q8_1_BYTES(n_ff));
-    size_t sync_bytes = sizeof(unsigned) * kiln_cuda_ffn_flow_sync_words(n_ff);
-    unsigned *sync = gpu_alloc(sync_bytes);
-    CUDA_OK(cudaMemset(sync, 0, sync_bytes));
-    for (int fused = 0; fused < 2; fused++) {
-        for (int rep = 0; rep < (fused ? 3 : 1); rep++) {
-            CUDA_OK(cudaMemcpy(dx, x0, sizeof(float) * n_embd, cudaMemcpyHostToDevice));
-            if (fused) {
-                assert_int_equal(kiln_cuda_ffn_flow(&gate, &up, &down, dx, dnorm, 1e-5f, dff, dffq, sync, 0), 0);
-            } else {
-                kiln_cuda_rmsnorm_rows(dx, dnorm, dh, dhq, n_embd, 1, 1e-5f, 0);
-                assert_int_equal(kiln_cuda_gemv_swiglu(&gate, &up, dhq, dh, dff, 0), 0);
-                kiln_cuda_quantize_q8_1(dff, dffq, n_ff, 1, 0);
-                assert_int_equal(kiln_cuda_gemv(&down, dffq, NULL, dx, true, 0), 0);
-            }
-            CUDA_SYNC();
-            CUDA_OK(cudaMemcpy(outs[fused], dx, sizeof(float) * n_embd, cudaMemcpyDeviceToHost));
-            if (!fused) continue;
-            for (int i = 0; i < n_embd; i++) outs[1][i] -= x0[i];
-            float *d0 = malloc(sizeof(float) * n_embd);
-            for (int i = 0; i < n_embd; i++) d0[i] = outs[0][i] - x0[i];
-            double e = rel_err_f(outs[1], d0, n_embd);
-            fprintf(stderr, "ffn flow Q4_K/%-4s %d x %d, launch %d: FFN output %.1e against separate kernels\n",
-                    kiln_type_name(t_down), n_embd, n_ff, rep + 1, e);
-            assert_true(e < 1e-3);
-            free(d0);
-        }
-    }
-    free(dg_deq), free(du_deq), free(dd_deq), free(wg), free(wu), free(wd), free(x0), free(g);
-    free(outs[0]), free(outs[1]);
-    gpu_free_all();
-}
-
-static void test_ffn_flow(void **state) {
-    SKIP_WITHOUT_GPU();
-    check_ffn_flow(KILN_TYPE_Q4_K, 1536, 8960);
-    check_ffn_flow(KILN_TYPE_Q6_K, 1536, 8960);
-    check_ffn_flow(KILN_TYPE_Q4_K, 1024, 8192);
-}
-
 /* Embedding rows and F16 tiles against the CPU's dequantized rows. */
 static void check_dequant(kiln_type type) {
     const int k = 512, n = 40, n_tok = 5;
@@ -1000,7 +940,6 @@ int main(void) {
         cmocka_unit_test(test_gemv_qkv_rope),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_norm),
-        cmocka_unit_test(test_ffn_flow),
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_top_k),
