@@ -62,7 +62,7 @@ static wo_form form_of(const kiln_cuda_attn_args *a, const kiln_cuda_matrix *wo,
     switch (wo->type * 1024 + a->head_dim * 2 + passes - 1) {
 #define FORM(id, F, hd, passes)                                                                                            case id * 1024 + hd * 2 + passes - 1: return wo_form{attn_wo_kernel<F, hd, passes>, tensor_of<F>(wo), rows};
 #define HEADS(id, F, passes) FORM(id, F, 64, passes) FORM(id, F, 128, passes) FORM(id, F, 256, passes)
-#define X(id, F) HEADS(id, F, 1) HEADS(id, F, 2)
+#define X(id, F) HEADS(id, F, 1) HEADS(id, F, 2) HEADS(id, F, 4)
         KILN_CUDA_QUANT_TYPES(X)
 #undef X
 #undef HEADS
@@ -72,11 +72,15 @@ static wo_form form_of(const kiln_cuda_attn_args *a, const kiln_cuda_matrix *wo,
 }
 
 /* The form whose grid of (head, slice of W_o's rows) the GPU holds at once with the fewest rows a block (each block
- * runs its head's attention again); nullptr kernel where none does. */
+ * runs its head's attention again); nullptr kernel where none does. KILN_CUDA_WO_PASSES (1, 2 or 4, read at launch)
+ * asks for one form, for comparisons. */
 static wo_form pick_form(const kiln_cuda_attn_args *a, const kiln_cuda_matrix *wo, dim3 *grid) {
     if (a->n_split != 1 || wo->k != a->n_head * a->head_dim || !kiln_cuda_type_uses_q8_1(wo->type))
         return wo_form{nullptr, {}, 0};
-    for (int passes = 1; passes <= 2; passes++) {
+    const char *e = getenv("KILN_CUDA_WO_PASSES");
+    int only = e ? atoi(e) : 0;
+    for (int passes = 1; passes <= 4; passes *= 2) {
+        if (only && passes != only) continue;
         wo_form f = form_of(a, wo, passes);
         int per_sm = 0;
         if (!f.kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f.kernel, 32 * KILN_CUDA_DECODE_WARPS,

@@ -77,6 +77,11 @@ int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, float *y, con
  * gate and up must have the same type and shape. */
 int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq, const float *xf,
                           float *y, cudaStream_t stream);
+/* The same for quantized gate and up of n rows (a multiple of 32), also writing y's Q8_1 into yq (n int8, then n / 32
+ * (d, s) pairs: what kiln_cuda_quantize_q8_1 makes of y), in tiles of 32 rows a block (swiglu_tile.cu): the down
+ * projection's input without a quantize launch. yq must not overlap xq. -1 (nothing launched) for other shapes. */
+int kiln_cuda_gemv_swiglu_q8(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq, float *y,
+                             void *yq, cudaStream_t stream);
 
 /* dst[t] = row tokens[t] of m dequantized to F32 (the embedding lookup); token ids read from device memory. */
 int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_tokens, int n_tokens, float *dst,

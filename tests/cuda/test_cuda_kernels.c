@@ -160,6 +160,64 @@ static double rel_err_f(const float *a, const float *ref, int n) {
     return isnan(num) ? INFINITY : sqrt(num / den);
 }
 
+/* The gate/up pair in tiles of 32 rows with its Q8_1 (kiln_cuda_gemv_swiglu_q8) against the one-warp-a-row launch
+ * and a double reference: the same y up to summation order, and the Q8_1 the very bytes the quantize kernel makes of
+ * its y. */
+static void check_swiglu_q8(kiln_type type, int k, int n) {
+    float *dg, *du;
+    uint8_t *wg = random_rows(type, k, n, &dg), *wu = random_rows(type, k, n, &du);
+    size_t rb = kiln_row_size(type, k);
+    float *x = malloc(sizeof(float) * k), *xs = malloc(sizeof(float) * k), *y = malloc(sizeof(float) * n);
+    float *y1 = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    uint8_t *q = malloc(Q8_1_BYTES(k)), *yq = malloc(Q8_1_BYTES(n)), *yq2 = malloc(Q8_1_BYTES(n));
+    rng_fill(x, k, 1.0f);
+    void *dq = gpu_alloc(Q8_1_BYTES(k)), *dyq = gpu_alloc(Q8_1_BYTES(n)), *dyq2 = gpu_alloc(Q8_1_BYTES(n));
+    float *dy = gpu_alloc(sizeof(float) * n), *dy1 = gpu_alloc(sizeof(float) * n);
+    kiln_cuda_matrix mg = {upload_matrix(type, wg, k, n), type, k, n, rb}, mu = mg;
+    mu.data = upload_matrix(type, wu, k, n);
+    kiln_cuda_quantize_q8_1(gpu_upload(x, sizeof(float) * k), dq, k, 1, 0);
+    assert_int_equal(kiln_cuda_gemv_swiglu_q8(&mg, &mu, dq, dy, dyq, 0), 0);
+    assert_int_equal(kiln_cuda_gemv_swiglu(&mg, &mu, dq, NULL, dy1, 0), 0);
+    kiln_cuda_quantize_q8_1(dy, dyq2, n, 1, 0);
+    CUDA_SYNC();
+    CUDA_OK(cudaMemcpy(y, dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(y1, dy1, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(k), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(yq, dyq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(yq2, dyq2, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
+    dequant_q8_1(q, k, xs);
+    for (int r = 0; r < n; r++) {
+        double a = 0, b = 0;
+        for (int i = 0; i < k; i++) a += (double)dg[(size_t)r * k + i] * xs[i], b += (double)du[(size_t)r * k + i] * xs[i];
+        ref[r] = a / (1 + exp(-a)) * b;
+    }
+    double e = rel_err(y, ref, n), e1 = rel_err_f(y, y1, n);
+    fprintf(stderr, "gemv+swiglu+q8_1 %-5s k %5d n %5d: rel err %.2e, %.2e against the one-warp-a-row launch\n",
+            kiln_type_name(type), k, n, e, e1);
+    assert_true(e < 1e-5 && e1 < 1e-6);
+    assert_memory_equal(yq, yq2, Q8_1_BYTES(n));
+    free(dg), free(du), free(wg), free(wu), free(x), free(xs), free(y), free(y1), free(ref), free(q), free(yq);
+    free(yq2);
+    gpu_free_all();
+}
+
+static void test_swiglu_q8(void **state) {
+    SKIP_WITHOUT_GPU();
+    check_swiglu_q8(KILN_TYPE_Q4_K, 1536, 8960); /* qwen2-1.5b's */
+    check_swiglu_q8(KILN_TYPE_Q6_K, 1536, 288);
+    check_swiglu_q8(KILN_TYPE_Q8_0, 576, 1536);  /* 18 parts: warps with two and three */
+    check_swiglu_q8(KILN_TYPE_Q4_0, 64, 96);     /* fewer parts than warps */
+    check_swiglu_q8(KILN_TYPE_Q5_K, 4096, 256);  /* several batches a warp */
+    check_swiglu_q8(KILN_TYPE_Q3_K, 512, 64);
+    check_swiglu_q8(KILN_TYPE_Q2_K, 512, 64);
+    check_swiglu_q8(KILN_TYPE_Q5_0, 1024, 32);
+    check_swiglu_q8(KILN_TYPE_Q4_1, 256, 32);
+    check_swiglu_q8(KILN_TYPE_Q5_1, 768, 64);
+    kiln_cuda_matrix m = {NULL, KILN_TYPE_Q4_K, 1536, 300, kiln_row_size(KILN_TYPE_Q4_K, 1536)}; /* 300 rows: declined */
+    assert_int_equal(kiln_cuda_gemv_swiglu_q8(&m, &m, NULL, NULL, NULL, 0), -1);
+}
+
 /* y += W x with the next RMSNorm in the same launch, against the separate GEMV and norm kernels (themselves checked
  * against the CPU above): the same y, the same normed values and the same Q8_1 copy, launched twice to see the
  * block counter reset. k 8448 with few rows takes the two-warps-per-row form. */
@@ -1035,6 +1093,7 @@ int main(void) {
         cmocka_unit_test(test_gemv_norm),
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_attention_wo),
+        cmocka_unit_test(test_swiglu_q8),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_top_k),
         cmocka_unit_test(test_top_k_draw),

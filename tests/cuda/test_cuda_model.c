@@ -318,7 +318,7 @@ static void test_long_prompt(void **state) {
 static void test_span_boundary(void **state) {
     need_test_models();
     bool ok = each_test_model(check_span_boundary);
-    setenv("KILN_CUDA_FUSE", "12", 1);
+    setenv("KILN_CUDA_FUSE", "28", 1);
     ok = each_test_model(check_span_boundary) && ok;
     unsetenv("KILN_CUDA_FUSE");
     assert_true(ok);
@@ -329,9 +329,10 @@ static void test_models(void **state) {
     rng_seed();
     bool ok = true;
     /* each model through a kernel per op (the default), the same with the norms done by the residual GEMVs (opt-in),
-     * with the output projection by head in the attention's launch (opt-in) and through the persistent decode step */
+     * with the output projection by head in the attention's launch and the down projection's Q8_1 by the gate/up
+     * launch (opt-in), and through the persistent decode step */
     static const struct { const char *name, *value; } paths[] = {
-        {NULL, NULL}, {"KILN_CUDA_FUSE", "3"}, {"KILN_CUDA_FUSE", "12"}, {"KILN_CUDA_PERSISTENT", "1"}};
+        {NULL, NULL}, {"KILN_CUDA_FUSE", "3"}, {"KILN_CUDA_FUSE", "28"}, {"KILN_CUDA_PERSISTENT", "1"}};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         if (paths[i].name) setenv(paths[i].name, paths[i].value, 1);
         ok = each_test_model(check_model) && ok;
