@@ -796,8 +796,8 @@ static void test_attention_wo(void **state) {
     check_attention_wo(KILN_TYPE_Q4_K, 128, 12, 2, 1536, 127);
     check_attention_wo(KILN_TYPE_Q6_K, 128, 12, 2, 1536, 300); /* several rounds of K/V loads in one slice */
     check_attention_wo(KILN_TYPE_Q8_0, 64, 9, 3, 576, 50);      /* smollm2-135m's */
-    check_attention_wo(KILN_TYPE_Q4_0, 256, 4, 1, 1000, 90);    /* rows past the last block's end */
-    check_attention_wo(KILN_TYPE_Q5_K, 128, 4, 4, 200, 9);
+    check_attention_wo(KILN_TYPE_Q4_0, 256, 4, 1, 992, 90);     /* blocks of 32 rows */
+    check_attention_wo(KILN_TYPE_Q5_K, 128, 4, 4, 224, 9);      /* rows past the last block's end */
     /* declined: more than one slice, float weights, llama3-8b's grid past one wave */
     kiln_cuda_attn_args a = {.n_head = 12, .n_head_kv = 2, .head_dim = 128, .n_ctx = 640, .n_split = 2};
     kiln_cuda_matrix m = {NULL, KILN_TYPE_Q4_K, 1536, 1536, kiln_row_size(KILN_TYPE_Q4_K, 1536)};
