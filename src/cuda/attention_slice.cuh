@@ -228,18 +228,18 @@ __host__ __device__ constexpr int attn_ahead() {
     return (HD / 32 <= 4 ? 8 : 4) * (DEEP ? 2 : 1);
 }
 
-/* Slice `split` of query token t, head `head`, run by a block of WARPS warps: each warp's online softmax over its
- * positions of the slice into m, l and acc (its lane's head_dim / 32 dims), to be combined across the warps; the
- * slices the context fills, or 0 where this block's slice is empty and it has left without waiting (DECODE).
- * DECODE: one token, with the rope stage's work of attn_decode above. WAIT: the kernel has not waited
+/* Slice `split` of query token t, head `head`, run by a block of WARPS warps: an online softmax over the slice's
+ * positions into its part (max, sum, then head_dim accumulators, per (token, head, split)). DECODE: one token, with
+ * the work of attn_decode above; when the context is one slice, the block writes the head's output itself (no part,
+ * no count), otherwise the last block of a head to finish merges the head's slices. WAIT: the kernel has not waited
  * for the previous one yet; the first K/V rows that earlier steps wrote are loaded before pdl_release_and_wait, what
  * the previous kernels of this step wrote (q, k, v; the rows of this step's tokens) after. Every thread of the
  * block's first WARPS warps calls it (its barriers leave any other warp out); a block may call it again for another
  * slice (the barrier at the top keeps the shared arrays of the previous call until all have read them). */
 template <int HD, bool DECODE, int WARPS, bool WAIT, int AHEAD>
-__device__ __forceinline__ int attn_slice_warps(const kiln_cuda_attn_args &a, const float *q, const __half *k_cache,
-                                                const __half *v_cache, int n_pos, const attn_decode &x, int head,
-                                                int split, int t, float &m, float &l, float (&acc)[HD / 32]) {
+__device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const float *q, const __half *k_cache,
+                                           const __half *v_cache, int n_pos, float *part, const attn_decode &x,
+                                           int head, int split, int t) {
     constexpr int D = HD / 32;
     sync_warps<WARPS>();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -249,7 +249,7 @@ __device__ __forceinline__ int attn_slice_warps(const kiln_cuda_attn_args &a, co
     int begin = split * chunk, end = min(n_pos, begin + chunk);
     /* the decode form runs only the slices that hold positions, and merges those: 1 of 32 up to 32 positions */
     int n_used = (n_pos + chunk - 1) / chunk;
-    if (DECODE && split >= n_used) return 0;
+    if (DECODE && split >= n_used) return;
     int group = a.n_head / a.n_head_kv, kvh = head / group;
     const float *qh = q + ((int64_t)t * a.n_head + head) * HD;
     const __half *kb = k_cache + (int64_t)kvh * a.n_ctx * HD;
@@ -264,7 +264,7 @@ __device__ __forceinline__ int attn_slice_warps(const kiln_cuda_attn_args &a, co
     if (WAIT) pdl_release_and_wait();
     if (!DECODE) load_rows<D, AHEAD, WARPS>(kb, vb, p0, fresh, end, skip, lane, kf, vf);
 
-    float qr[D], kc[D], vc[D]; /* kc, vc: the current position's k and v (DECODE), as F16 values */
+    float qr[D], acc[D], kc[D], vc[D]; /* kc, vc: the current position's k and v (DECODE), as F16 values */
     /* the blocks whose slice holds the current position use its k and v from registers; the first head of each KV
      * group stores them, which no other block reads in this launch */
     bool has_cur = DECODE && begin <= cur && cur < end;
@@ -298,7 +298,7 @@ __device__ __forceinline__ int attn_slice_warps(const kiln_cuda_attn_args &a, co
             }
         }
     }
-    m = -INFINITY, l = 0.0f;
+    float m = -INFINITY, l = 0.0f;
     for (bool first = true; p0 < end; p0 += AHEAD * WARPS, first = false) {
         if (!first) load_rows<D, AHEAD, WARPS>(kb, vb, p0, begin, end, skip, lane, kf, vf);
         float s[AHEAD];
@@ -330,20 +330,7 @@ __device__ __forceinline__ int attn_slice_warps(const kiln_cuda_attn_args &a, co
         }
         m = m_new;
     }
-    return n_used;
-}
 
-/* Slice `split` of query token t, head `head` (attn_slice_warps), its warps' results combined: when the context is
- * one slice and x.out is set, into the head's output (and its Q8_1); otherwise into the slice's part, and with
- * DECODE the last block of the head to finish merges the head's slices. */
-template <int HD, bool DECODE, int WARPS, bool WAIT, int AHEAD>
-__device__ __forceinline__ void attn_slice(const kiln_cuda_attn_args &a, const float *q, const __half *k_cache,
-                                           const __half *v_cache, int n_pos, float *part, const attn_decode &x,
-                                           int head, int split, int t) {
-    float m, l, acc[HD / 32];
-    int n_used = attn_slice_warps<HD, DECODE, WARPS, WAIT, AHEAD>(a, q, k_cache, v_cache, n_pos, x, head, split, t,
-                                                                  m, l, acc);
-    if (n_used == 0) return;
     if (x.out && n_used == 1) { /* the whole context in this block: its combine is the head's output */
         const warp_results<HD, WARPS> &r = share_results<HD, WARPS>(m, l, acc);
         float mx = results_max(r);

@@ -13,7 +13,7 @@
 
 #define Q8_1_BYTES 36    /* one block_q8_1 per 32 activations */
 
-enum { FUSE_ATTENTION = 1, FUSE_NORM = 2, FUSE_QKV_ROPE = 4, FUSE_WO_BY_HEAD = 8, FUSE_SWIGLU_Q8 = 16 };
+enum { FUSE_ATTENTION = 1, FUSE_NORM = 2, FUSE_QKV_ROPE = 4 };
 
 /* Spans (KILN_CUDA_FIRST_SPAN): a decode step at position pos is built for the first span above pos. The attention
  * launch's blocks are all scheduled whether their slice holds positions or not, and a grid sized for the whole
@@ -29,12 +29,8 @@ enum { STEP_LOGITS, STEP_GREEDY, STEP_SAMPLED, STEP_MODES };
  * rows (kiln_cuda_gemv_qkv_rope; NeoX models' Q/K rows are uploaded so, executor.h). FUSE_ATTENTION (KILN_CUDA_FUSE=1) runs the rope stage, the attention
  * and the merge in one launch; since the split kernel loads its K/V rows before waiting for the rope kernel and
  * scores eight positions a warp at once, the three launches are faster. FUSE_NORM (KILN_CUDA_FUSE=3) has the last
- * block of a residual GEMV do the next norm, a serial tail the whole launch waits for. FUSE_WO_BY_HEAD
- * (KILN_CUDA_FUSE=12) has the attention's blocks do the output projection by head while the context is one slice
- * (kiln_cuda_attention_wo), the FFN's norm adding the heads' parts into x. FUSE_SWIGLU_Q8 (KILN_CUDA_FUSE=20) has the
- * gate/up launch write the down projection's Q8_1 (kiln_cuda_gemv_swiglu_q8), no quantize launch. Measured on H100
- * (tg128, alternating):
- * docs/cuda.md, sessions 7, 8, 16 and 36. KILN_CUDA_FUSE=0: none, for comparisons. */
+ * block of a residual GEMV do the next norm, a serial tail the whole launch waits for. Measured on H100 (tg128,
+ * alternating): docs/cuda.md, sessions 7, 8 and 16. KILN_CUDA_FUSE=0: none, for comparisons. */
 #define FUSE_DEFAULT FUSE_QKV_ROPE
 
 struct kiln_cuda_context {
@@ -58,13 +54,11 @@ struct kiln_cuda_context {
     kiln_rng ahead_rng;      /* the PRNG state the oldest sampled step in flight starts from */
     int draw_k;              /* the best logits a sampled step draws among (its graphs are captured for it) */
     float *x, *h, *q, *k, *v, *attn, *ff, *ff2, *logits, *part;
-    float *wo_parts; /* FUSE_WO_BY_HEAD: the output projection's rows by head, n_head x n_embd */
     void *argmax_scratch;
     void *top_scratch; /* kiln_cuda_eval_best: the top-k's scratch (kiln_cuda_top_k_scratch_bytes) */
     int32_t *d_best;   /* ... and its results: KILN_CUDA_TOP_K_MAX each of ids, logits, window ids, window logits */
     int32_t *h_best;   /* pinned staging of d_best */
     void *act_q;       /* Q8_1 of the current GEMV input (one token) */
-    void *ff_q;        /* FUSE_SWIGLU_Q8: Q8_1 of ff, written by the gate/up launch while it reads act_q */
     void *act_f16;     /* F16 of the current GEMM input (a batch) */
     void *w_f16;       /* F16 staging of one weight matrix (a batch) */
     void *k_cache, *v_cache; /* [n_layer][n_head_kv][n_ctx][head_dim] halves */
@@ -74,7 +68,6 @@ struct kiln_cuda_context {
     int attn_warps;          /* KILN_CUDA_ATTN_WARPS: warps a block of one token's attention (0: the default) */
     unsigned skip;           /* KILN_CUDA_SKIP: decode-step launches left out, for pricing them (SKIP_* bits) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
-    bool wo_pending;         /* the output projection's parts by head are still to be added into x */
     /* the decode step of each mode (STEP_*), captured per span */
     cudaGraphExec_t graph[STEP_MODES][MAX_SPANS];
     bool graph_tried[STEP_MODES][MAX_SPANS], graph_ok[STEP_MODES][MAX_SPANS];
@@ -127,9 +120,7 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
         {&c->top_scratch, kiln_cuda_top_k_scratch_bytes(cfg->n_vocab, 1, KILN_CUDA_TOP_K_MAX)},
         {(void **)&c->d_best, BEST_BYTES},
         {(void **)&c->part, sizeof(float) * splits_x_tokens * cfg->n_head * (cfg->head_dim + 2)},
-        {(void **)&c->wo_parts, sizeof(float) * cfg->n_head * cfg->n_embd},
         {&c->act_q, widest / 32 * Q8_1_BYTES},
-        {&c->ff_q, (size_t)cfg->n_ff / 32 * Q8_1_BYTES},
         {&c->act_f16, T > 1 ? 2 * T * widest : 0},
         {&c->w_f16, T > 1 ? 2 * c->cm->max_matrix_elems : 0},
         {&c->k_cache, cache},
@@ -452,13 +443,6 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
             if (!skipped(c, T, SKIP_ROPE))
                 kiln_cuda_rope_store(&ra, c->q, c->k, c->v, L->bq, L->bk, L->bv, kc, vc, c->d_pos, T, c->stream);
         }
-        /* with the output projection by head, the profile's attention row holds both */
-        if (T == 1 && (c->fuse & FUSE_WO_BY_HEAD) && !c->skip && kiln_cuda_attention_wo_fits(&aa, &L->wo)) {
-            MARK(c, KILN_OP_ATTENTION, l, mbytes(&L->wo));
-            if (kiln_cuda_attention_wo(&aa, c->q, kc, vc, c->d_pos, &L->wo, c->wo_parts, c->stream)) return -1;
-            c->wo_pending = true, c->normed = false;
-            return 0;
-        }
         MARK(c, KILN_OP_ATTENTION, l, 0);
         if (!skipped(c, T, SKIP_ATTENTION) &&
             kiln_cuda_attention(&aa, c->q, kc, vc, c->d_pos, T, c->part, c->attn, attn_q, c->stream))
@@ -469,15 +453,8 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     return residual_matmul(c, &L->wo, c->attn, attn_q, T, L->ffn_norm, &L->gate);
 }
 
-/* ff = SwiGLU(gate h, up h): one launch for one token when the two matrices match; with FUSE_SWIGLU_Q8 (and a
- * quantized down projection) it also writes ff's Q8_1, and *ff_q says where. */
-static int gate_up(kiln_cuda_context *c, const kiln_cuda_layer *L, const void *hq, int T, const void **ff_q) {
-    *ff_q = NULL;
-    if (T == 1 && hq && (c->fuse & FUSE_SWIGLU_Q8) && !c->skip && kiln_cuda_type_uses_q8_1(L->down.type) &&
-        !kiln_cuda_gemv_swiglu_q8(&L->gate, &L->up, hq, c->ff, c->ff_q, c->stream)) {
-        *ff_q = c->ff_q;
-        return 0;
-    }
+/* ff = SwiGLU(gate h, up h): one launch for one token when the two matrices match. */
+static int gate_up(kiln_cuda_context *c, const kiln_cuda_layer *L, const void *hq, int T) {
     if (T == 1 && L->gate.type == L->up.type && L->gate.row_bytes == L->up.row_bytes)
         return kiln_cuda_gemv_swiglu(&L->gate, &L->up, hq, c->h, c->ff, c->stream);
     if (matmul(c, &L->gate, c->h, hq, T, c->ff, false) || matmul(c, &L->up, c->h, hq, T, c->ff2, false)) return -1;
@@ -489,18 +466,12 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     const kiln_config *cfg = &c->cm->cfg;
     const kiln_cuda_layer *L = &c->cm->layers[l];
     void *hq = quantized_input(c, &L->gate, T);
-    if (c->wo_pending) { /* x += the output projection's parts by head, then the norm */
-        MARK(c, KILN_OP_NORM, l, 0);
-        kiln_cuda_rmsnorm_sum(c->x, c->wo_parts, cfg->n_head, L->ffn_norm, c->h, hq, cfg->n_embd, cfg->rms_eps,
-                              c->stream);
-        c->wo_pending = false;
-    } else if (!c->normed && !skipped(c, T, SKIP_NORM)) {
+    if (!c->normed && !skipped(c, T, SKIP_NORM)) {
         MARK(c, KILN_OP_NORM, l, 0);
         norm(c, L->ffn_norm, c->x, hq, T);
     }
     MARK(c, KILN_OP_GATE_UP, l, mbytes(&L->gate) + mbytes(&L->up));
-    const void *ff_q = NULL;
-    if (!skipped(c, T, SKIP_GATE_UP) && gate_up(c, L, hq, T, &ff_q)) return -1;
+    if (!skipped(c, T, SKIP_GATE_UP) && gate_up(c, L, hq, T)) return -1;
     MARK(c, KILN_OP_DOWN, l, mbytes(&L->down));
     bool last = l + 1 == cfg->n_layer;
     const kiln_cuda_model *cm = c->cm;
@@ -510,7 +481,7 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     }
     if (skipped(c, T, SKIP_QUANTIZE)) /* the down projection reads whatever Q8_1 act_q holds */
         return kiln_cuda_gemv(&L->down, c->act_q, c->ff, c->x, true, c->stream);
-    return residual_matmul(c, &L->down, c->ff, ff_q, T, last ? cm->output_norm : cm->layers[l + 1].attn_norm,
+    return residual_matmul(c, &L->down, c->ff, NULL, T, last ? cm->output_norm : cm->layers[l + 1].attn_norm,
                            last ? &cm->output : &cm->layers[l + 1].wq);
 }
 

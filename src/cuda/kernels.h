@@ -77,11 +77,6 @@ int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, float *y, con
  * gate and up must have the same type and shape. */
 int kiln_cuda_gemv_swiglu(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq, const float *xf,
                           float *y, cudaStream_t stream);
-/* The same for quantized gate and up of n rows (a multiple of 32), also writing y's Q8_1 into yq (n int8, then n / 32
- * (d, s) pairs: what kiln_cuda_quantize_q8_1 makes of y), in tiles of 32 rows a block (swiglu_tile.cu): the down
- * projection's input without a quantize launch. yq must not overlap xq. -1 (nothing launched) for other shapes. */
-int kiln_cuda_gemv_swiglu_q8(const kiln_cuda_matrix *gate, const kiln_cuda_matrix *up, const void *xq, float *y,
-                             void *yq, cudaStream_t stream);
 
 /* dst[t] = row tokens[t] of m dequantized to F32 (the embedding lookup); token ids read from device memory. */
 int kiln_cuda_get_rows(const kiln_cuda_matrix *m, const int32_t *d_tokens, int n_tokens, float *dst,
@@ -102,10 +97,6 @@ void kiln_cuda_swiglu(const float *gate, const float *up, float *out, int64_t n,
 #define KILN_CUDA_NORM_MAX 16384
 void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n, int n_rows,
                        float eps, cudaStream_t stream);
-/* The same for one row with n_parts residual vectors at parts (n floats each, summed in their order before they are
- * added to x): the output projection's partial results by head (kiln_cuda_attention_wo). */
-void kiln_cuda_rmsnorm_sum(float *x, const float *parts, int n_parts, const float *w, float *out, void *out_q, int n,
-                           float eps, cudaStream_t stream);
 /* The same for a decode step's rows, without a residual, each over several blocks (faster for few rows; its float
  * sums are ordered otherwise than kiln_cuda_rmsnorm's, the same for a row whatever n_rows). */
 void kiln_cuda_rmsnorm_rows(float *x, const float *w, float *out, void *out_q, int n, int n_rows, float eps,
@@ -179,17 +170,6 @@ typedef struct kiln_cuda_attn_args {
 int kiln_cuda_attention(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,
                         const int32_t *d_pos, int n_tokens, float *part, float *out, void *out_q,
                         cudaStream_t stream);
-
-/* One decode token's attention and output projection in one launch, the projection split by head: the attention
- * of the context in one slice a head (a->n_split 1, as kiln_cuda_attention's one-slice form) and, for each head h,
- * parts[h * wo->n + r] = row r of wo over h's head_dim inputs times h's output in Q8_1 (the bytes
- * kiln_cuda_attention puts in out_q). kiln_cuda_rmsnorm_sum then adds the n_head parts into x, so the projection
- * has no launch of its own. Each of a head's blocks runs its attention for a slice of wo's rows, 64 to 256 rows
- * for head_dim 128, as many as one wave of blocks needs. -1 (nothing launched) for float weights, a context of more
- * than one slice, or shapes whose grid would not fit one wave (kiln_cuda_attention_wo_fits tells). */
-bool kiln_cuda_attention_wo_fits(const kiln_cuda_attn_args *a, const kiln_cuda_matrix *wo);
-int kiln_cuda_attention_wo(const kiln_cuda_attn_args *a, const float *q, const void *k_cache, const void *v_cache,
-                           const int32_t *d_pos, const kiln_cuda_matrix *wo, float *parts, cudaStream_t stream);
 
 /* The causal attention of a prompt batch (as kiln_cuda_attention's, into out only) by a tiled kernel: flash
  * attention on tensor cores (F16 operands, F32 sums) for head_dim 64 and 128, F32 FMA for 256 or where

@@ -7,42 +7,16 @@
 #include "cuda/kernels_batch.h"
 #include "cuda/q8_1.cuh"
 
-/* Residual vectors a thread loads at once (all n_res of them for a run of four when there are this many or fewer). */
-#define NORM_RESIDUAL_BATCH 16
-
-__device__ __forceinline__ float4 add4(float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-
-/* The sum of the n_res residual vectors (each `stride` floats after the one before, float4 index i), in their order;
- * up to NORM_RESIDUAL_BATCH / QUADS loaded before the first is added. */
-template <int QUADS>
-__device__ __forceinline__ float4 residual_sum(const float4 *r4, int n_res, int64_t stride4, int i) {
-    constexpr int B = NORM_RESIDUAL_BATCH / QUADS;
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 s = zero;
-    for (int h0 = 0; h0 < n_res; h0 += B) {
-        float4 t[B];
-#pragma unroll
-        for (int b = 0; b < B; b++) t[b] = h0 + b < n_res ? r4[(h0 + b) * stride4 + i] : zero;
-#pragma unroll
-        for (int b = 0; b < B; b++) /* the first as it is: one residual is added to x unchanged */
-            if (h0 + b < n_res) s = h0 + b == 0 ? t[b] : add4(s, t[b]);
-    }
-    return s;
-}
-
-/* A thread holds QUADS runs of four consecutive values of the row (float4 loads of x, the residuals and w), all
+/* A thread holds QUADS runs of four consecutive values of the row (float4 loads of x, the residual and w), all
  * loaded before any arithmetic: a norm is then one round trip to memory (the loop before that waited for each
  * element's loads in turn: 8.6 us a llama3-8b norm under ncu). Four consecutive values a thread make a Q8_1 block of
  * 32 eight lanes', quantized with one 3-level reduction for the max and one for the sum (quantize_quad); with a
  * warp's 32 values a block (four values a thread strided by the block), each of a thread's four values took its
- * own pair of 5-level reductions, one after the other. n_res residual vectors (n_rows rows each) are summed in
- * order and added to x first, which is written back. */
+ * own pair of 5-level reductions, one after the other. */
 template <int QUADS>
 __global__ void __launch_bounds__(1024)
-    rmsnorm_kernel(float *x, const float *residual, int n_res, const float *w, float *out, int8_t *out_q, int n,
-                   int n_rows, float eps) {
+    rmsnorm_kernel(float *x, const float *residual, const float *w, float *out, int8_t *out_q, int n, int n_rows,
+                   float eps) {
     int64_t base = (int64_t)blockIdx.x * n;
     int n4 = n / 4;
     float4 *x4 = (float4 *)(x + base);
@@ -60,14 +34,14 @@ __global__ void __launch_bounds__(1024)
     for (int j = 0; j < QUADS; j++) {
         int i = threadIdx.x + j * blockDim.x;
         v[j] = i < n4 ? x4[i] : zero;
-        r[j] = residual && i < n4 ? residual_sum<QUADS>(r4, n_res, (int64_t)n_rows * n4, i) : zero;
+        r[j] = residual && i < n4 ? r4[i] : zero;
     }
     float ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < QUADS; j++) {
         int i = threadIdx.x + j * blockDim.x;
         if (residual) {
-            v[j] = add4(v[j], r[j]);
+            v[j] = make_float4(v[j].x + r[j].x, v[j].y + r[j].y, v[j].z + r[j].z, v[j].w + r[j].w);
             if (i < n4) x4[i] = v[j];
         }
         ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
@@ -150,23 +124,13 @@ static bool launch_split(const float *x, const float *w, float *out, void *out_q
     return true;
 }
 
-static void launch_rmsnorm(float *x, const float *residual, int n_res, const float *w, float *out, void *out_q, int n,
-                           int n_rows, float eps, cudaStream_t stream) {
+extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n,
+                                  int n_rows, float eps, cudaStream_t stream) {
     /* one block per row: a single decode row needs wide blocks, or one SM does all the work. One run of four a
      * thread up to 4096 (whole warps), then 1024 threads with 2 or 4 */
     int quads = div_up(n, 4), threads = quads <= 1024 ? div_up(quads, 32) * 32 : 1024, per = div_up(quads, threads);
     auto kernel = per <= 1 ? rmsnorm_kernel<1> : per <= 2 ? rmsnorm_kernel<2> : rmsnorm_kernel<4>;
-    launch_pdl(kernel, n_rows, threads, stream, x, residual, n_res, w, out, (int8_t *)out_q, n, n_rows, eps);
-}
-
-extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n,
-                                  int n_rows, float eps, cudaStream_t stream) {
-    launch_rmsnorm(x, residual, 1, w, out, out_q, n, n_rows, eps, stream);
-}
-
-extern "C" void kiln_cuda_rmsnorm_sum(float *x, const float *parts, int n_parts, const float *w, float *out,
-                                      void *out_q, int n, float eps, cudaStream_t stream) {
-    launch_rmsnorm(x, parts, n_parts, w, out, out_q, n, 1, eps, stream);
+    launch_pdl(kernel, n_rows, threads, stream, x, residual, w, out, (int8_t *)out_q, n, n_rows, eps);
 }
 
 /* Its sum of squares is ordered otherwise than rmsnorm_kernel's; which one a row takes depends on n alone (and

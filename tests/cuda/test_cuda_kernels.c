@@ -160,64 +160,6 @@ static double rel_err_f(const float *a, const float *ref, int n) {
     return isnan(num) ? INFINITY : sqrt(num / den);
 }
 
-/* The gate/up pair in tiles of 32 rows with its Q8_1 (kiln_cuda_gemv_swiglu_q8) against the one-warp-a-row launch
- * and a double reference: the same y up to summation order, and the Q8_1 the very bytes the quantize kernel makes of
- * its y. */
-static void check_swiglu_q8(kiln_type type, int k, int n) {
-    float *dg, *du;
-    uint8_t *wg = random_rows(type, k, n, &dg), *wu = random_rows(type, k, n, &du);
-    size_t rb = kiln_row_size(type, k);
-    float *x = malloc(sizeof(float) * k), *xs = malloc(sizeof(float) * k), *y = malloc(sizeof(float) * n);
-    float *y1 = malloc(sizeof(float) * n);
-    double *ref = malloc(sizeof(double) * n);
-    uint8_t *q = malloc(Q8_1_BYTES(k)), *yq = malloc(Q8_1_BYTES(n)), *yq2 = malloc(Q8_1_BYTES(n));
-    rng_fill(x, k, 1.0f);
-    void *dq = gpu_alloc(Q8_1_BYTES(k)), *dyq = gpu_alloc(Q8_1_BYTES(n)), *dyq2 = gpu_alloc(Q8_1_BYTES(n));
-    float *dy = gpu_alloc(sizeof(float) * n), *dy1 = gpu_alloc(sizeof(float) * n);
-    kiln_cuda_matrix mg = {upload_matrix(type, wg, k, n), type, k, n, rb}, mu = mg;
-    mu.data = upload_matrix(type, wu, k, n);
-    kiln_cuda_quantize_q8_1(gpu_upload(x, sizeof(float) * k), dq, k, 1, 0);
-    assert_int_equal(kiln_cuda_gemv_swiglu_q8(&mg, &mu, dq, dy, dyq, 0), 0);
-    assert_int_equal(kiln_cuda_gemv_swiglu(&mg, &mu, dq, NULL, dy1, 0), 0);
-    kiln_cuda_quantize_q8_1(dy, dyq2, n, 1, 0);
-    CUDA_SYNC();
-    CUDA_OK(cudaMemcpy(y, dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(y1, dy1, sizeof(float) * n, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(k), cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(yq, dyq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(yq2, dyq2, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
-    dequant_q8_1(q, k, xs);
-    for (int r = 0; r < n; r++) {
-        double a = 0, b = 0;
-        for (int i = 0; i < k; i++) a += (double)dg[(size_t)r * k + i] * xs[i], b += (double)du[(size_t)r * k + i] * xs[i];
-        ref[r] = a / (1 + exp(-a)) * b;
-    }
-    double e = rel_err(y, ref, n), e1 = rel_err_f(y, y1, n);
-    fprintf(stderr, "gemv+swiglu+q8_1 %-5s k %5d n %5d: rel err %.2e, %.2e against the one-warp-a-row launch\n",
-            kiln_type_name(type), k, n, e, e1);
-    assert_true(e < 1e-5 && e1 < 1e-6);
-    assert_memory_equal(yq, yq2, Q8_1_BYTES(n));
-    free(dg), free(du), free(wg), free(wu), free(x), free(xs), free(y), free(y1), free(ref), free(q), free(yq);
-    free(yq2);
-    gpu_free_all();
-}
-
-static void test_swiglu_q8(void **state) {
-    SKIP_WITHOUT_GPU();
-    check_swiglu_q8(KILN_TYPE_Q4_K, 1536, 8960); /* qwen2-1.5b's */
-    check_swiglu_q8(KILN_TYPE_Q6_K, 1536, 288);
-    check_swiglu_q8(KILN_TYPE_Q8_0, 576, 1536);  /* 18 parts: warps with two and three */
-    check_swiglu_q8(KILN_TYPE_Q4_0, 64, 96);     /* fewer parts than warps */
-    check_swiglu_q8(KILN_TYPE_Q5_K, 4096, 256);  /* several batches a warp */
-    check_swiglu_q8(KILN_TYPE_Q3_K, 512, 64);
-    check_swiglu_q8(KILN_TYPE_Q2_K, 512, 64);
-    check_swiglu_q8(KILN_TYPE_Q5_0, 1024, 32);
-    check_swiglu_q8(KILN_TYPE_Q4_1, 256, 32);
-    check_swiglu_q8(KILN_TYPE_Q5_1, 768, 64);
-    kiln_cuda_matrix m = {NULL, KILN_TYPE_Q4_K, 1536, 300, kiln_row_size(KILN_TYPE_Q4_K, 1536)}; /* 300 rows: declined */
-    assert_int_equal(kiln_cuda_gemv_swiglu_q8(&m, &m, NULL, NULL, NULL, 0), -1);
-}
-
 /* y += W x with the next RMSNorm in the same launch, against the separate GEMV and norm kernels (themselves checked
  * against the CPU above): the same y, the same normed values and the same Q8_1 copy, launched twice to see the
  * block counter reset. k 8448 with few rows takes the two-warps-per-row form. */
@@ -715,99 +657,6 @@ static void test_attention(void **state) {
     unsetenv("KILN_CUDA_PREFILL_MMA");
 }
 
-/* The attention with the output projection by head (kiln_cuda_attention_wo) and the norm that adds its parts
- * (kiln_cuda_rmsnorm_sum), against the one-slice attention, the residual GEMV and the decode norm (themselves checked
- * against the CPU above), from the same q, cache, W_o, x and norm weights: each part against a double reference over
- * the head's Q8_1 output as the attention stored it, and the same x, normed values and Q8_1 copy. */
-static void check_attention_wo(kiln_type type, int head_dim, int n_head, int n_head_kv, int n_out, int pos0) {
-    kiln_cuda_attn_args a = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .n_ctx = 640,
-                             .n_split = 1};
-    const int qd = n_head * head_dim;
-    size_t cache_n = (size_t)n_head_kv * a.n_ctx * head_dim;
-    kiln_half *kh = malloc(2 * cache_n), *vh = malloc(2 * cache_n);
-    for (size_t i = 0; i < cache_n; i++) kh[i] = kiln_float_to_half(rng_uniform()), vh[i] = kiln_float_to_half(rng_uniform());
-    float *q = malloc(sizeof(float) * qd), *x = malloc(sizeof(float) * n_out), *g = malloc(sizeof(float) * n_out);
-    float *deq;
-    uint8_t *w = random_rows(type, qd, n_out, &deq);
-    rng_fill(q, qd, 0.3f), rng_fill(x, n_out, 1.0f), rng_fill(g, n_out, 1.0f);
-    int32_t pos = pos0;
-    const float *dq = gpu_upload(q, sizeof(float) * qd), *dg = gpu_upload(g, sizeof(float) * n_out);
-    const void *dk = gpu_upload(kh, 2 * cache_n), *dv = gpu_upload(vh, 2 * cache_n);
-    const int32_t *dpos = gpu_upload(&pos, sizeof pos);
-    kiln_cuda_matrix m = {upload_matrix(type, w, qd, n_out), type, qd, n_out, kiln_row_size(type, qd)};
-    assert_true(kiln_cuda_attention_wo_fits(&a, &m));
-    /* the separate launches: attention (its Q8_1 output), x += W_o o, the norm */
-    float *dx = gpu_upload(x, sizeof(float) * n_out), *dh = gpu_alloc(sizeof(float) * n_out);
-    void *dattn_q = gpu_alloc(Q8_1_BYTES(qd)), *dhq = gpu_alloc(Q8_1_BYTES(n_out));
-    assert_int_equal(kiln_cuda_attention(&a, dq, dk, dv, dpos, 1, NULL, gpu_alloc(sizeof(float) * qd), dattn_q, 0), 0);
-    assert_int_equal(kiln_cuda_gemv(&m, dattn_q, NULL, dx, true, 0), 0);
-    kiln_cuda_rmsnorm_rows(dx, dg, dh, dhq, n_out, 1, 1e-5f, 0);
-    /* by head */
-    float *dx2 = gpu_upload(x, sizeof(float) * n_out), *dh2 = gpu_alloc(sizeof(float) * n_out);
-    float *dparts = gpu_alloc(sizeof(float) * n_head * n_out);
-    void *dhq2 = gpu_alloc(Q8_1_BYTES(n_out));
-    assert_int_equal(kiln_cuda_attention_wo(&a, dq, dk, dv, dpos, &m, dparts, 0), 0);
-    CUDA_SYNC();
-    float *parts = malloc(sizeof(float) * n_head * n_out);
-    CUDA_OK(cudaMemcpy(parts, dparts, sizeof(float) * n_head * n_out, cudaMemcpyDeviceToHost));
-    kiln_cuda_rmsnorm_sum(dx2, dparts, n_head, dg, dh2, dhq2, n_out, 1e-5f, 0);
-    CUDA_SYNC();
-    uint8_t *attn_q = malloc(Q8_1_BYTES(qd));
-    float *o = malloc(sizeof(float) * qd);
-    CUDA_OK(cudaMemcpy(attn_q, dattn_q, Q8_1_BYTES(qd), cudaMemcpyDeviceToHost));
-    dequant_q8_1(attn_q, qd, o);
-    double *ref = malloc(sizeof(double) * n_head * n_out);
-    for (int h = 0; h < n_head; h++)
-        for (int r = 0; r < n_out; r++) {
-            double s = 0;
-            for (int d = h * head_dim; d < (h + 1) * head_dim; d++) s += (double)deq[(size_t)r * qd + d] * o[d];
-            ref[(size_t)h * n_out + r] = s;
-        }
-    double ep = rel_err(parts, ref, (size_t)n_head * n_out);
-    float *outs[2][2];
-    uint8_t *qs[2];
-    float *xs[2] = {dx, dx2}, *hs[2] = {dh, dh2};
-    void *hqs[2] = {dhq, dhq2};
-    for (int i = 0; i < 2; i++) {
-        outs[i][0] = malloc(sizeof(float) * n_out), outs[i][1] = malloc(sizeof(float) * n_out);
-        qs[i] = malloc(Q8_1_BYTES(n_out));
-        CUDA_OK(cudaMemcpy(outs[i][0], xs[i], sizeof(float) * n_out, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(outs[i][1], hs[i], sizeof(float) * n_out, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(qs[i], hqs[i], Q8_1_BYTES(n_out), cudaMemcpyDeviceToHost));
-    }
-    double ex = rel_err_f(outs[1][0], outs[0][0], n_out), eh = rel_err_f(outs[1][1], outs[0][1], n_out);
-    float *q0 = malloc(sizeof(float) * n_out), *q1 = malloc(sizeof(float) * n_out);
-    dequant_q8_1(qs[0], n_out, q0), dequant_q8_1(qs[1], n_out, q1);
-    double eq = rel_err_f(q1, q0, n_out);
-    fprintf(stderr,
-            "attention+wo %-5s hd %3d heads %2d/%d rows %4d pos %3d: parts %.1e against double; x %.1e, normed %.1e, "
-            "Q8_1 %.1e against separate kernels\n",
-            kiln_type_name(type), head_dim, n_head, n_head_kv, n_out, pos0, ep, ex, eh, eq);
-    assert_true(ep < 1e-5 && ex < 1e-6 && eh < 1e-5 && eq < 1e-2);
-    free(kh), free(vh), free(q), free(x), free(g), free(deq), free(w), free(parts), free(attn_q), free(o), free(ref);
-    free(q0), free(q1);
-    for (int i = 0; i < 2; i++) free(outs[i][0]), free(outs[i][1]), free(qs[i]);
-    gpu_free_all();
-}
-
-static void test_attention_wo(void **state) {
-    SKIP_WITHOUT_GPU();
-    check_attention_wo(KILN_TYPE_Q4_K, 128, 12, 2, 1536, 0); /* qwen2-1.5b's shape: a single position */
-    check_attention_wo(KILN_TYPE_Q4_K, 128, 12, 2, 1536, 127);
-    check_attention_wo(KILN_TYPE_Q6_K, 128, 12, 2, 1536, 300); /* several rounds of K/V loads in one slice */
-    check_attention_wo(KILN_TYPE_Q8_0, 64, 9, 3, 576, 50);      /* smollm2-135m's */
-    check_attention_wo(KILN_TYPE_Q4_0, 256, 4, 1, 992, 90);     /* blocks of 32 rows */
-    check_attention_wo(KILN_TYPE_Q5_K, 128, 4, 4, 224, 9);      /* rows past the last block's end */
-    /* declined: more than one slice, float weights, llama3-8b's grid past one wave */
-    kiln_cuda_attn_args a = {.n_head = 12, .n_head_kv = 2, .head_dim = 128, .n_ctx = 640, .n_split = 2};
-    kiln_cuda_matrix m = {NULL, KILN_TYPE_Q4_K, 1536, 1536, kiln_row_size(KILN_TYPE_Q4_K, 1536)};
-    assert_false(kiln_cuda_attention_wo_fits(&a, &m));
-    a.n_split = 1, m.type = KILN_TYPE_F16;
-    assert_false(kiln_cuda_attention_wo_fits(&a, &m));
-    a.n_head = a.n_head_kv = 32, m.type = KILN_TYPE_Q4_K, m.k = m.n = 4096;
-    assert_false(kiln_cuda_attention_wo_fits(&a, &m));
-}
-
 /* The one-launch decode attention (rope stage, split, merge in the last block or in the only one) in slices of
  * at least `chunk` positions against rope_store and the split and merge kernels (themselves checked against the CPU
  * above), from the same raw q, k, v and the same cache: the same output, the same Q8_1 copy (up to a flipped
@@ -1092,8 +941,6 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_norm),
         cmocka_unit_test(test_attention_decode),
-        cmocka_unit_test(test_attention_wo),
-        cmocka_unit_test(test_swiglu_q8),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_top_k),
         cmocka_unit_test(test_top_k_draw),

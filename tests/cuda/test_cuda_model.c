@@ -314,25 +314,19 @@ static void test_long_prompt(void **state) {
     assert_true(each_test_model(check_long_prompt));
 }
 
-/* ... by default, and with the output projection by head, which the step takes up to 128 positions only */
 static void test_span_boundary(void **state) {
     need_test_models();
-    bool ok = each_test_model(check_span_boundary);
-    setenv("KILN_CUDA_FUSE", "28", 1);
-    ok = each_test_model(check_span_boundary) && ok;
-    unsetenv("KILN_CUDA_FUSE");
-    assert_true(ok);
+    assert_true(each_test_model(check_span_boundary));
 }
 
 static void test_models(void **state) {
     need_test_models();
     rng_seed();
     bool ok = true;
-    /* each model through a kernel per op (the default), the same with the norms done by the residual GEMVs (opt-in),
-     * with the output projection by head in the attention's launch and the down projection's Q8_1 by the gate/up
-     * launch (opt-in), and through the persistent decode step */
+    /* each model through a kernel per op (the default), the same with the norms done by the residual GEMVs (opt-in)
+     * and through the persistent decode step */
     static const struct { const char *name, *value; } paths[] = {
-        {NULL, NULL}, {"KILN_CUDA_FUSE", "3"}, {"KILN_CUDA_FUSE", "28"}, {"KILN_CUDA_PERSISTENT", "1"}};
+        {NULL, NULL}, {"KILN_CUDA_FUSE", "3"}, {"KILN_CUDA_PERSISTENT", "1"}};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         if (paths[i].name) setenv(paths[i].name, paths[i].value, 1);
         ok = each_test_model(check_model) && ok;
