@@ -16,11 +16,6 @@ __device__ __forceinline__ void dequant_part(const qtensor &t, int64_t g0, int u
     for (int e = 0; e < 32; e++) out[e] = kpart_value(p, e);
 }
 
-template <class F>
-static qtensor tensor_of(const kiln_cuda_matrix *m) {
-    return qtensor{(const uint8_t *)m->data, (int64_t)m->n * (m->k / 32 / F::parts)};
-}
-
 template <kiln_type T>
 __device__ __forceinline__ float float_value(const uint8_t *row, int64_t i) {
     if (T == KILN_TYPE_F32) return ((const float *)row)[i];

@@ -453,11 +453,6 @@ extern "C" bool kiln_cuda_type_uses_q8_1(kiln_type type) {
            type != KILN_TYPE_BF16;
 }
 
-template <class F>
-static qtensor tensor_of(const kiln_cuda_matrix *m) {
-    return qtensor{(const uint8_t *)m->data, (int64_t)m->n * (m->k / 32 / F::parts)};
-}
-
 template <bool SWIGLU>
 static int launch_float(const kiln_cuda_matrix *m, const uint8_t *w_up, const float *xf, float *y, bool accumulate,
                         cudaStream_t stream) {

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/kernels.h"
 #include "quant/types.h"
 
 struct kpart {
@@ -41,6 +42,12 @@ struct qtensor {
     const uint8_t *base;
     int64_t n_blocks;
 };
+
+/* A quantized matrix of format F as its kernels see it. */
+template <class F>
+static inline qtensor tensor_of(const kiln_cuda_matrix *m) {
+    return qtensor{(const uint8_t *)m->data, (int64_t)m->n * (m->k / 32 / F::parts)};
+}
 
 template <int SOA_OFF, int SIZE>
 __device__ __forceinline__ const uint8_t *field(const qtensor &t, int64_t g) {
