@@ -183,7 +183,8 @@ static int prompt_variant(kiln_cuda_context *ctx, const int32_t *tokens, int n_p
 }
 
 /* How far a decode step's logits on `other` are from ctx's, for the same token at position 0: the largest
- * difference over the largest magnitude (the variants must compute the same step). */
+ * difference over the largest magnitude (the variants must compute the same step); infinite where either row holds
+ * a NaN (fmax would drop it and report no difference). */
 static int step_difference(kiln_cuda_context *ctx, kiln_cuda_context *other, int32_t token, int n_vocab,
                            double *rel, kiln_error *err) {
     float *a = malloc(sizeof(float) * (size_t)n_vocab), *b = malloc(sizeof(float) * (size_t)n_vocab);
@@ -191,6 +192,7 @@ static int step_difference(kiln_cuda_context *ctx, kiln_cuda_context *other, int
                       : kiln_cuda_eval(ctx, &token, 1, 0, a, err) || kiln_cuda_eval(other, &token, 1, 0, b, err);
     double diff = 0.0, scale = 0.0;
     for (int i = 0; !rc && i < n_vocab; i++) {
+        if (isnan(a[i]) || isnan(b[i])) diff = INFINITY;
         diff = fmax(diff, fabs((double)a[i] - b[i]));
         scale = fmax(scale, fabs((double)a[i]));
     }
