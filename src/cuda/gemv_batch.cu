@@ -1071,8 +1071,7 @@ static int launch_batch(const kiln_cuda_matrix *const *ms, float *const *ys, int
     switch (m0->type) {
 #define X(id, F)                                                                                                       \
     case id:                                                                                                           \
-        for (int i = 0; i < n_mats; i++)                                                                               \
-            job.w[i] = qtensor{(const uint8_t *)ms[i]->data, (int64_t)ms[i]->n * (n_parts / F::parts)};                \
+        for (int i = 0; i < n_mats; i++) job.w[i] = tensor_of<F>(ms[i]);                                               \
         if (small && wide)                                                                                             \
             launch_small<F, false, MMA_WARPS_WIDE>(share, row_blocks, stream, job, n_parts, xq, n_vec, prefetch, rope);\
         else if (small)                                                                                                \
