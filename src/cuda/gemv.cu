@@ -72,7 +72,21 @@ struct gemv_job {
     int first[GEMV_MAX_MATS];
     int n_mats;
     bool accumulate;
+    bool add_early; /* with accumulate, gemv_rows loads y's old values right after its wait (load_old) */
 };
+
+/* The value a residual add adds to, loaded right after the PDL wait by the lane that will store the row (with
+ * job.add_early) instead of after its sums, so the launch's tail has no L2 round trip before its stores. Only in
+ * the one-row forms of batches of two, which the residual GEMVs take: in the batch-4 forms the register it holds
+ * made Q8_0's spills go from 8 to 28 bytes. KILN_CUDA_GEMV_ADD_EARLY=0 loads it at the end, for comparisons (read
+ * at launch). */
+__device__ __forceinline__ void load_old(const gemv_job &job, const float *y, int row, bool mine, float &old) {
+    if (job.accumulate && job.add_early && mine) old = y[row];
+}
+
+__device__ __forceinline__ void store_added(const gemv_job &job, float *y, int row, float v, float old) {
+    y[row] = job.accumulate ? (job.add_early ? old : y[row]) + v : v;
+}
 
 /* The rope stage done by the Q/K/V launch (kiln_cuda_gemv_qkv_rope): its rows' results, bias added, are rotated
  * in neighbouring pairs and written as rope_store_kernel writes them (q scaled into y[0], k and v into the caches at
@@ -267,7 +281,9 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
     constexpr bool NORM = EPI == GEMV_EPI_NORM, roped = EPI == GEMV_EPI_ROPE;
     __shared__ float2 rope_sc[rope_pairs<TWO>()];
     __shared__ int rope_pos;
-    float a = 0.0f, b = 0.0f;
+    constexpr bool ADD_EARLY = TWO == GEMV_ONE && BATCH == 2;
+    float a = 0.0f, b = 0.0f, old = 0.0f;
+    bool stores = threadIdx.x == 0 && slice == 0 && row < n; /* the lane that stores the row's result */
     int u_first = 32 * slice + threadIdx.x; /* the lane's first part */
     /* The weights do not depend on the previous kernel: with EARLY, the first batch is loaded before waiting for
      * it, so a warp resident early (the first wave) finds its first parts in registers when the wait ends and has
@@ -284,6 +300,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         if constexpr (roped) rope_angles<TWO>(ex.rope, mat, row0, n, rope_sc, &rope_pos);
         pdl_release_and_wait();
         if (SPLIT == 1 && row >= n && !NORM) return; /* as below */
+        if (ADD_EARLY) load_old(job, y, row, stores, old);
         q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
         if (any) dot_batch<F, TWO, SPLIT, BATCH>(ra, rb, uc, u_first, end, x, a, b);
         u_first += STEP;
@@ -292,6 +309,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         pdl_release_and_wait();
         /* with SPLIT > 1 or a last-block step to follow, every warp must reach the barriers below */
         if (SPLIT == 1 && row >= n && !NORM) return;
+        if (ADD_EARLY) load_old(job, y, row, stores, old);
     }
     q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
     int64_t g0 = (int64_t)row * (n_parts / F::parts); /* the row's first block */
@@ -316,6 +334,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
     if constexpr (roped) return rope_rows<TWO>(ex.rope, mat, row0, n, a, b, y, rope_sc, &rope_pos);
     if (threadIdx.x == 0 && (!NORM || (slice == 0 && row < n))) {
         if (TWO == GEMV_SWIGLU) y[row] = silu(a) * b;
+        else if (ADD_EARLY) store_added(job, y, row, a, old);
         else store_row(y, row, a, job.accumulate);
         if (TWO == GEMV_PAIR) store_row(y, row + n, b, job.accumulate);
     }
@@ -669,12 +688,18 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
     return launch_quant_as<two>(ms, n_mats, xq, job, ex, stream, split, blocks, rows_per_block);
 }
 
+static bool add_early() {
+    const char *e = getenv("KILN_CUDA_GEMV_ADD_EARLY");
+    return !(e && *e && atoi(e) == 0);
+}
+
 extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
                               cudaStream_t stream) {
     if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
     if (!kiln_cuda_type_uses_q8_1(m->type)) return launch_float<false>(m, nullptr, xf, y, accumulate, stream);
     gemv_job job = {};
     job.accumulate = accumulate;
+    job.add_early = add_early();
     return launch_quant<false>(&m, &y, 1, xq, job, gemv_extras{}, stream);
 }
 
@@ -806,6 +831,7 @@ extern "C" int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, fl
     if (!kiln_cuda_type_uses_q8_1(m->type) || !kiln_cuda_type_supported(m->type, m->k) || m->n % 32) return -1;
     gemv_job job = {};
     job.accumulate = true;
+    job.add_early = add_early();
     gemv_extras ex = {};
     ex.norm = *norm;
     return launch_quant<false>(&m, &y, 1, xq, job, ex, stream);
