@@ -68,10 +68,10 @@ struct kiln_cuda_context {
     int attn_warps;          /* KILN_CUDA_ATTN_WARPS: warps a block of one token's attention (0: the default) */
     unsigned skip;           /* KILN_CUDA_SKIP: decode-step launches left out, for pricing them (SKIP_* bits) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
-    /* The down projection in slices (kiln_cuda_gemv_slices, one token; KILN_CUDA_DOWN_SLICES: 0 off, for
-     * comparisons, 1 where the rows are long, n at least n slices wherever they fit, for tests): its runs wait in
-     * down_parts (n_pending of them) until the next norm adds them into x, writing the sum to x_alt, which then
-     * becomes x (x_swapped: the two have traded places in this pass). */
+    /* The down projection in slices (kiln_cuda_gemv_slices, one token; KILN_CUDA_DOWN_SLICES: 0 off, the default
+     * until it has been timed on a GPU, 1 where the rows are long, n at least n slices wherever they fit, for
+     * tests): its runs wait in down_parts (n_pending of them) until the next norm adds them into x, writing the sum
+     * to x_alt, which then becomes x (x_swapped: the two have traded places in this pass). */
     int down_slices;
     int n_pending;
     float *x_alt, *down_parts;
@@ -271,7 +271,7 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     c->attn_chunk = env_int("KILN_CUDA_DECODE_CHUNK", 0);
     c->attn_warps = env_int("KILN_CUDA_ATTN_WARPS", 0);
     c->skip = skip_ops(getenv("KILN_CUDA_SKIP"));
-    c->down_slices = c->debug ? 0 : env_int("KILN_CUDA_DOWN_SLICES", 1);
+    c->down_slices = c->debug ? 0 : env_int("KILN_CUDA_DOWN_SLICES", 0);
     if (c->attn_warps != 2 && c->attn_warps != 4 && c->attn_warps != 8 && c->attn_warps != 16) c->attn_warps = 0;
     *out = c;
     return 0;

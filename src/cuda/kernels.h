@@ -51,13 +51,13 @@ void kiln_cuda_quantize_q8_1(const float *x, void *q, int k, int n_rows, cudaStr
 int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
                    cudaStream_t stream);
 
-/* The down projection of a model with few rows (n_embd) of many parts: each row cut along k into n_slices runs of
- * whole blocks, at most 64 parts each, dotted as the row loop dots one-batch rows (one wave of warps, each holding
- * its run's activations), parts[s * m->n + r] = run s of row r times x. Summing the runs in order is left to the
- * next RMSNorm (kiln_cuda_rmsnorm_parts), which adds them into the residual stream. kiln_cuda_gemv_slices_of gives
- * the fewest slices that fit, at least at_least (0: none do, or m has more than KILN_CUDA_SLICES_MAX_ROWS rows, or a
- * float type; with at_least below 2, also for rows of at most 64 parts, one batch a lane already); -1: n_slices does
- * not fit m. */
+/* The down projection of a model with few rows (n_embd) of many parts (opt-in: KILN_CUDA_DOWN_SLICES): each row cut
+ * along k into n_slices runs of whole blocks, at most 64 parts each, dotted as the row loop dots one-batch rows (one
+ * wave of warps, each holding its run's activations), parts[s * m->n + r] = run s of row r times x. Summing the runs
+ * in order is left to the next RMSNorm (kiln_cuda_rmsnorm_parts), which adds them into the residual stream.
+ * kiln_cuda_gemv_slices_of gives the fewest slices that fit, at least at_least (0: none do, or m has more than
+ * KILN_CUDA_SLICES_MAX_ROWS rows, or a float type; with at_least below 2, also for rows of at most 64 parts, one batch
+ * a lane already); -1: n_slices does not fit m. */
 #define KILN_CUDA_MAX_SLICES 8
 #define KILN_CUDA_SLICES_MAX_ROWS 2048
 int kiln_cuda_gemv_slices_of(const kiln_cuda_matrix *m, int at_least);
