@@ -511,7 +511,7 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     int slices = T == 1 && c->down_slices && !(c->fuse & FUSE_NORM) && !skipped(c, T, SKIP_NORM)
                      ? kiln_cuda_gemv_slices_of(&L->down, c->down_slices)
                      : 0;
-    if (slices > 0 && cfg->n_embd == L->down.n) {
+    if (slices > 0) {
         kiln_cuda_quantize_q8_1(c->ff, c->act_q, L->down.k, 1, c->stream);
         c->n_pending = slices;
         return kiln_cuda_gemv_slices(&L->down, c->act_q, slices, c->down_parts, c->stream);

@@ -703,19 +703,8 @@ extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const f
     return launch_quant<false>(&m, &y, 1, xq, job, gemv_extras{}, stream);
 }
 
-/* Parts of 32 weights in one block of a quantized type (0: not one). */
-static int parts_of(kiln_type t) {
-    switch (t) {
-#define X(id, F)                                                                                                       \
-    case id: return F::parts;
-        KILN_CUDA_QUANT_TYPES(X)
-#undef X
-    default: return 0;
-    }
-}
-
 static bool slices_fit(const kiln_cuda_matrix *m, int n_slices) {
-    int parts = parts_of(m->type), n_parts = m->k / 32;
+    int parts = kiln_cuda_type_uses_q8_1(m->type) ? block_elems(m->type) / 32 : 0, n_parts = m->k / 32;
     return parts > 0 && n_slices >= 2 && n_slices <= KILN_CUDA_MAX_SLICES && (n_parts / parts) % n_slices == 0 &&
            n_parts / n_slices <= 64;
 }

@@ -7,6 +7,10 @@
 #include "cuda/kernels_batch.h"
 #include "cuda/q8_1.cuh"
 
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 /* A thread holds QUADS runs of four consecutive values of the row (float4 loads of x, the residual and w), all
  * loaded before any arithmetic: a norm is then one round trip to memory (the loop before that waited for each
  * element's loads in turn: 8.6 us a llama3-8b norm under ncu). Four consecutive values a thread make a Q8_1 block of
@@ -41,7 +45,7 @@ __global__ void __launch_bounds__(1024)
     for (int j = 0; j < QUADS; j++) {
         int i = threadIdx.x + j * blockDim.x;
         if (residual) {
-            v[j] = make_float4(v[j].x + r[j].x, v[j].y + r[j].y, v[j].z + r[j].z, v[j].w + r[j].w);
+            v[j] = add4(v[j], r[j]);
             if (i < n4) x4[i] = v[j];
         }
         ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
@@ -71,10 +75,6 @@ __global__ void __launch_bounds__(1024)
  * and 1,346.1-1,346.9, of 512 506.2-506.4 and 1,337.8-1,337.9, of 32 even. */
 #define NORM_SPLIT_THREADS 128
 #define NORM_SPLIT_MAX_BLOCKS 16
-
-__device__ __forceinline__ float4 add4(float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
 
 /* With SUM (one row): the n_sum vectors at parts are added to x in their order, all loaded with x before the first
  * is added (one round trip), and the block's own run of the sum is written to x_out. */
