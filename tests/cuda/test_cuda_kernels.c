@@ -355,8 +355,8 @@ static void test_type(void **state) {
     check_gemv(type, false, 1024);
     check_gemv(type, true, 1024);
     check_gemv(type, false, 3328); /* four parts a lane in one batch, the fourth past the row's end for most lanes */
-    check_gemv_case(type, false, true, 1536, 1000); /* the residual add */
-    setenv("KILN_CUDA_GEMV_ADD_EARLY", "1", 1);     /* ... adding to y loaded right after the wait */
+    check_gemv_case(type, false, true, 1536, 1000); /* the residual add, y loaded right after the wait */
+    setenv("KILN_CUDA_GEMV_ADD_EARLY", "0", 1);     /* ... and loaded after the sums */
     check_gemv_case(type, false, true, 1536, 1000);
     unsetenv("KILN_CUDA_GEMV_ADD_EARLY");
     /* batches of four on a row of two batches, the second part-empty: the form KILN_CUDA_GEMV_BATCH=4 forces */
