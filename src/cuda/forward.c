@@ -68,14 +68,6 @@ struct kiln_cuda_context {
     int attn_warps;          /* KILN_CUDA_ATTN_WARPS: warps a block of one token's attention (0: the default) */
     unsigned skip;           /* KILN_CUDA_SKIP: decode-step launches left out, for pricing them (SKIP_* bits) */
     bool normed;             /* h and its Q8_1 already hold the next block's normed input (done in that GEMV) */
-    /* The down projection in slices (kiln_cuda_gemv_slices, one token; KILN_CUDA_DOWN_SLICES: 0 off, the default
-     * until it has been timed on a GPU, 1 where the rows are long, n at least n slices wherever they fit, for
-     * tests): its runs wait in down_parts (n_pending of them) until the next norm adds them into x, writing the sum
-     * to x_alt, which then becomes x (x_swapped: the two have traded places in this pass). */
-    int down_slices;
-    int n_pending;
-    float *x_alt, *down_parts;
-    bool x_swapped;
     /* the decode step of each mode (STEP_*), captured per span */
     cudaGraphExec_t graph[STEP_MODES][MAX_SPANS];
     bool graph_tried[STEP_MODES][MAX_SPANS], graph_ok[STEP_MODES][MAX_SPANS];
@@ -116,8 +108,6 @@ static cudaError_t alloc_buffers(kiln_cuda_context *c) {
     struct { void **p; size_t bytes; } bufs[] = {
         {(void **)&c->d_io, sizeof(int32_t) * (T + 1)},
         {(void **)&c->x, sizeof(float) * T * cfg->n_embd},
-        {(void **)&c->x_alt, sizeof(float) * cfg->n_embd},
-        {(void **)&c->down_parts, sizeof(float) * KILN_CUDA_MAX_SLICES * cfg->n_embd},
         {(void **)&c->h, sizeof(float) * T * cfg->n_embd},
         {(void **)&c->q, sizeof(float) * T * qd},
         {(void **)&c->k, sizeof(float) * T * kvd},
@@ -271,7 +261,6 @@ int kiln_cuda_context_new(kiln_cuda_model *cm, int n_ctx, int n_batch, kiln_cuda
     c->attn_chunk = env_int("KILN_CUDA_DECODE_CHUNK", 0);
     c->attn_warps = env_int("KILN_CUDA_ATTN_WARPS", 0);
     c->skip = skip_ops(getenv("KILN_CUDA_SKIP"));
-    c->down_slices = c->debug ? 0 : env_int("KILN_CUDA_DOWN_SLICES", 0);
     if (c->attn_warps != 2 && c->attn_warps != 4 && c->attn_warps != 8 && c->attn_warps != 16) c->attn_warps = 0;
     *out = c;
     return 0;
@@ -408,27 +397,11 @@ static int qkv(kiln_cuda_context *c, const kiln_cuda_layer *L, const void *hq, i
 
 static bool skipped(const kiln_cuda_context *c, int T, unsigned op) { return T == 1 && (c->skip & op); }
 
-static void swap_x(kiln_cuda_context *c) {
-    float *t = c->x;
-    c->x = c->x_alt, c->x_alt = t, c->x_swapped = !c->x_swapped;
-}
-
-/* h = RMSNorm(x; g) for T rows, and its Q8_1 into hq when not NULL; one row over several blocks. The down
- * projection's runs still pending are added into x first (x_alt takes the sum and becomes x). */
-static int norm(kiln_cuda_context *c, const float *g, float *x, void *hq, int T) {
+/* h = RMSNorm(x; g) for T rows, and its Q8_1 into hq when not NULL; one row over several blocks. */
+static void norm(kiln_cuda_context *c, const float *g, float *x, void *hq, int T) {
     const kiln_config *cfg = &c->cm->cfg;
-    if (c->n_pending) {
-        int n = c->n_pending;
-        c->n_pending = 0;
-        if (kiln_cuda_rmsnorm_parts(x, c->down_parts, n, c->x_alt, g, c->h, hq, cfg->n_embd, cfg->rms_eps,
-                                    c->stream))
-            return -1;
-        swap_x(c);
-        return 0;
-    }
     if (T == 1) kiln_cuda_rmsnorm_rows(x, g, c->h, hq, cfg->n_embd, 1, cfg->rms_eps, c->stream);
     else kiln_cuda_rmsnorm(x, NULL, g, c->h, hq, cfg->n_embd, T, cfg->rms_eps, c->stream);
-    return 0;
 }
 
 static int attention_block(kiln_cuda_context *c, int l, int T) {
@@ -438,7 +411,7 @@ static int attention_block(kiln_cuda_context *c, int l, int T) {
     void *hq = quantized_input(c, &L->wq, T);
     if (!c->normed && !skipped(c, T, SKIP_NORM)) {
         MARK(c, KILN_OP_NORM, l, 0);
-        if (norm(c, L->attn_norm, c->x, hq, T)) return -1;
+        norm(c, L->attn_norm, c->x, hq, T);
     }
     size_t layer_cache = (size_t)kiln_config_kv_dim(cfg) * c->n_ctx;
     void *kc = (uint16_t *)c->k_cache + (size_t)l * layer_cache, *vc = (uint16_t *)c->v_cache + (size_t)l * layer_cache;
@@ -495,7 +468,7 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     void *hq = quantized_input(c, &L->gate, T);
     if (!c->normed && !skipped(c, T, SKIP_NORM)) {
         MARK(c, KILN_OP_NORM, l, 0);
-        if (norm(c, L->ffn_norm, c->x, hq, T)) return -1;
+        norm(c, L->ffn_norm, c->x, hq, T);
     }
     MARK(c, KILN_OP_GATE_UP, l, mbytes(&L->gate) + mbytes(&L->up));
     if (!skipped(c, T, SKIP_GATE_UP) && gate_up(c, L, hq, T)) return -1;
@@ -508,14 +481,6 @@ static int ffn_block(kiln_cuda_context *c, int l, int T) {
     }
     if (skipped(c, T, SKIP_QUANTIZE)) /* the down projection reads whatever Q8_1 act_q holds */
         return kiln_cuda_gemv(&L->down, c->act_q, c->ff, c->x, true, c->stream);
-    int slices = T == 1 && c->down_slices && !(c->fuse & FUSE_NORM) && !skipped(c, T, SKIP_NORM)
-                     ? kiln_cuda_gemv_slices_of(&L->down, c->down_slices)
-                     : 0;
-    if (slices > 0) {
-        kiln_cuda_quantize_q8_1(c->ff, c->act_q, L->down.k, 1, c->stream);
-        c->n_pending = slices;
-        return kiln_cuda_gemv_slices(&L->down, c->act_q, slices, c->down_parts, c->stream);
-    }
     return residual_matmul(c, &L->down, c->ff, NULL, T, last ? cm->output_norm : cm->layers[l + 1].attn_norm,
                            last ? &cm->output : &cm->layers[l + 1].wq);
 }
@@ -529,8 +494,6 @@ static int forward(kiln_cuda_context *c, int T, int mode) {
     const kiln_config *cfg = &cm->cfg;
     c->debug_pass = c->debug && T == 1;
     c->normed = false;
-    c->n_pending = 0;
-    if (c->x_swapped) swap_x(c); /* every pass starts from the same x */
     MARK(c, KILN_OP_EMBED, 0, (uint64_t)T * cm->token_embd.row_bytes);
     if (kiln_cuda_get_rows(&cm->token_embd, c->d_tokens, T, c->x, c->stream)) return -1;
     if (T == 1 && c->d_layers) {
@@ -546,7 +509,7 @@ static int forward(kiln_cuda_context *c, int T, int mode) {
     int top = cfg->n_layer; /* the final norm and the head, as a layer past the last */
     if (!c->normed) {
         MARK(c, KILN_OP_NORM, top, 0);
-        if (norm(c, cm->output_norm, last, hq, 1)) return -1;
+        norm(c, cm->output_norm, last, hq, 1);
     }
     MARK(c, KILN_OP_HEAD, top, mbytes(&cm->output));
     if (!skipped(c, T, SKIP_HEAD) && kiln_cuda_gemv(&cm->output, hq, c->h, c->logits, false, c->stream)) return -1;

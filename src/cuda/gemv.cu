@@ -368,36 +368,31 @@ __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
  * the next row's loads issued before each row's products (two rows' weights a lane, 16 warps an SM) 1,534.3 against
  * 1,514.7; built for 32 warps an SM (64 registers, 16-72 bytes spilled) 1,520.3 against 1,557.9. Its gate/up launch
  * went from 6.44 to 5.86 us a layer (docs/cuda.md, session 22). KILN_CUDA_GEMV_LOOP=0 turns it off, for comparisons
- * (read at launch, like KILN_CUDA_GEMV_WAVES).
- * SLICED (one matrix): each row is cut into n_slices runs of n_parts / n_slices parts (whole blocks, at most 64),
- * warp w taking slice w % n_slices of its rows, and slice s's sums go to y[s * n + row] (kiln_cuda_gemv_slices). */
-template <class F, int TWO, bool SLICED>
+ * (read at launch, like KILN_CUDA_GEMV_WAVES). */
+template <class F, int TWO>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
-    gemv_q_loop_kernel(gemv_job job, int n_parts, int n_slices, const void *xq) {
+    gemv_q_loop_kernel(gemv_job job, int n_parts, const void *xq) {
     qtensor w = job.w[0], up = job.w[1];
-    const int slices = SLICED ? n_slices : 1, warp = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y;
-    const int slice = warp % slices, stride = gridDim.x * GEMV_ROWS_PER_BLOCK / slices, run = n_parts / slices;
-    int n = job.n[0], row = warp / slices;
-    float *y = job.y[0] + (int64_t)slice * n;
-    int64_t blocks_per_row = n_parts / F::parts, up_off = 0, first = slice * (run / F::parts);
+    float *y = job.y[0];
+    int n = job.n[0];
+    int64_t blocks_per_row = n_parts / F::parts, up_off = 0;
     if (TWO == GEMV_PAIR) n /= 2, up = w, up_off = (int64_t)n * blocks_per_row; /* n: the pairs */
-    if (row >= stride) row = n; /* the grid's last warps when its warps are not a whole number a slice */
-    int lane = threadIdx.x;
+    int lane = threadIdx.x, stride = gridDim.x * GEMV_ROWS_PER_BLOCK;
+    int row = blockIdx.x * GEMV_ROWS_PER_BLOCK + threadIdx.y;
     kraw ra[2], rb[2];
     int uc[2];
-    load_batch<F, TWO, 1, 2>(w, up, (int64_t)min(row, n - 1) * blocks_per_row + first, up_off, lane, run, ra, rb,
-                             uc);
+    load_batch<F, TWO, 1, 2>(w, up, (int64_t)min(row, n - 1) * blocks_per_row, up_off, lane, n_parts, ra, rb, uc);
     pdl_release_and_wait();
     if (row >= n) return;
     q8_1_view x = q8_1_at(xq, (int64_t)n_parts * 32);
     q8_1_held h[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) hold_q8_1<F>(x, slice * run + uc[i], h[i]);
+    for (int i = 0; i < 2; i++) hold_q8_1<F>(x, uc[i], h[i]);
     for (;;) {
         float a = 0.0f, b = 0.0f;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            bool in_row = lane + 32 * i < run;
+            bool in_row = lane + 32 * i < n_parts;
             float da = dot_held<F>(ra[i], uc[i] % F::parts, h[i]);
             a += in_row ? da : 0.0f;
             if (TWO) {
@@ -414,7 +409,7 @@ __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
         }
         row += stride;
         if (row >= n) return;
-        load_batch<F, TWO, 1, 2>(w, up, (int64_t)row * blocks_per_row + first, up_off, lane, run, ra, rb, uc);
+        load_batch<F, TWO, 1, 2>(w, up, (int64_t)row * blocks_per_row, up_off, lane, n_parts, ra, rb, uc);
     }
 }
 
@@ -583,13 +578,11 @@ static bool loop_launch(const gemv_extras &ex, int n_mats, int two, int split, i
 }
 
 /* The loop's grid: its first wave, or fewer blocks where the rows need fewer. */
-template <class F, int TWO, bool SLICED = false>
-static void launch_loop(const gemv_job &job, int blocks, int n_parts, const void *xq, cudaStream_t stream,
-                        int n_slices = 1) {
-    constexpr auto kernel = gemv_q_loop_kernel<F, TWO, SLICED>;
-    int wave = first_wave<kernel>();
+template <class F, int TWO>
+static void launch_loop(const gemv_job &job, int blocks, int n_parts, const void *xq, cudaStream_t stream) {
+    int wave = first_wave<gemv_q_loop_kernel<F, TWO>>();
     int grid = wave > 0 && wave < blocks ? wave : blocks;
-    launch_pdl(kernel, grid, dim3(32, GEMV_ROWS_PER_BLOCK), stream, job, n_parts, n_slices, xq);
+    launch_pdl(gemv_q_loop_kernel<F, TWO>, grid, dim3(32, GEMV_ROWS_PER_BLOCK), stream, job, n_parts, xq);
 }
 
 template <int TWO>
@@ -701,38 +694,6 @@ extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const f
     job.accumulate = accumulate;
     job.add_early = add_early();
     return launch_quant<false>(&m, &y, 1, xq, job, gemv_extras{}, stream);
-}
-
-static bool slices_fit(const kiln_cuda_matrix *m, int n_slices) {
-    int parts = kiln_cuda_type_uses_q8_1(m->type) ? block_elems(m->type) / 32 : 0, n_parts = m->k / 32;
-    return parts > 0 && n_slices >= 2 && n_slices <= KILN_CUDA_MAX_SLICES && (n_parts / parts) % n_slices == 0 &&
-           n_parts / n_slices <= 64;
-}
-
-extern "C" int kiln_cuda_gemv_slices_of(const kiln_cuda_matrix *m, int at_least) {
-    if (!kiln_cuda_type_supported(m->type, m->k) || m->n > KILN_CUDA_SLICES_MAX_ROWS) return 0;
-    if (at_least < 2 && m->k / 32 <= 64) return 0;
-    for (int s = at_least < 2 ? 2 : at_least; s <= KILN_CUDA_MAX_SLICES; s++)
-        if (slices_fit(m, s)) return s;
-    return 0;
-}
-
-extern "C" int kiln_cuda_gemv_slices(const kiln_cuda_matrix *m, const void *xq, int n_slices, float *parts,
-                                     cudaStream_t stream) {
-    if (!kiln_cuda_type_supported(m->type, m->k) || !slices_fit(m, n_slices)) return -1;
-    gemv_job job = {};
-    job.n_mats = 1, job.n[0] = m->n, job.y[0] = parts;
-    int blocks = div_up(m->n * n_slices, GEMV_ROWS_PER_BLOCK), n_parts = m->k / 32;
-    switch (m->type) {
-#define X(id, F)                                                                                                       \
-    case id:                                                                                                           \
-        job.w[0] = tensor_of<F>(m);                                                                                    \
-        launch_loop<F, GEMV_ONE, true>(job, blocks, n_parts, xq, stream, n_slices);                                    \
-        return 0;
-        KILN_CUDA_QUANT_TYPES(X)
-#undef X
-    default: return -1;
-    }
 }
 
 /* The batch a format's lane may take in gemv_q_mixed_kernel (launch_batched's rule) */

@@ -51,18 +51,6 @@ void kiln_cuda_quantize_q8_1(const float *x, void *q, int k, int n_rows, cudaStr
 int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
                    cudaStream_t stream);
 
-/* The down projection of a model with few rows (n_embd) of many parts (opt-in: KILN_CUDA_DOWN_SLICES): each row cut
- * along k into n_slices runs of whole blocks, at most 64 parts each, dotted as the row loop dots one-batch rows (one
- * wave of warps, each holding its run's activations), parts[s * m->n + r] = run s of row r times x. Summing the runs
- * in order is left to the next RMSNorm (kiln_cuda_rmsnorm_parts), which adds them into the residual stream.
- * kiln_cuda_gemv_slices_of gives the fewest slices that fit, at least at_least (0: none do, or m has more than
- * KILN_CUDA_SLICES_MAX_ROWS rows, or a float type; with at_least below 2, also for rows of at most 64 parts, one batch
- * a lane already); -1: n_slices does not fit m. */
-#define KILN_CUDA_MAX_SLICES 8
-#define KILN_CUDA_SLICES_MAX_ROWS 2048
-int kiln_cuda_gemv_slices_of(const kiln_cuda_matrix *m, int at_least);
-int kiln_cuda_gemv_slices(const kiln_cuda_matrix *m, const void *xq, int n_slices, float *parts, cudaStream_t stream);
-
 /* Several GEMVs over the same activations (Q, K and V): ys[i][r] = dot(row r of ms[i], x), at most 3 matrices.
  * One launch for each run of matrices that share a quantized type and width, and one for all three when the first
  * two share one and the last is of its K-quant mix's other type (Q4_K or Q5_K with Q6_K). */
@@ -113,11 +101,6 @@ void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *o
  * sums are ordered otherwise than kiln_cuda_rmsnorm's, the same for a row whatever n_rows). */
 void kiln_cuda_rmsnorm_rows(float *x, const float *w, float *out, void *out_q, int n, int n_rows, float eps,
                             cudaStream_t stream);
-/* ... of one row x_in plus n_parts vectors at parts (n floats each; 1 to KILN_CUDA_MAX_SLICES, added to x_in in
- * their order): the sum is written to x_out (not x_in: every block reads all of x_in) and normed; n at most
- * KILN_CUDA_SLICES_MAX_ROWS. The residual add of kiln_cuda_gemv_slices' runs. -1: n too large. */
-int kiln_cuda_rmsnorm_parts(const float *x_in, const float *parts, int n_parts, float *x_out, const float *w,
-                            float *out, void *out_q, int n, float eps, cudaStream_t stream);
 
 /* The attention input stage for n_tokens tokens at positions *d_pos + t: adds the optional biases to q, k, v,
  * rotates the first rope_dim dims of each q and k head by pos * freq[i] (pairs (2i, 2i+1) for normal rope, (i,

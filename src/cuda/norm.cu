@@ -7,10 +7,6 @@
 #include "cuda/kernels_batch.h"
 #include "cuda/q8_1.cuh"
 
-__device__ __forceinline__ float4 add4(float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-
 /* A thread holds QUADS runs of four consecutive values of the row (float4 loads of x, the residual and w), all
  * loaded before any arithmetic: a norm is then one round trip to memory (the loop before that waited for each
  * element's loads in turn: 8.6 us a llama3-8b norm under ncu). Four consecutive values a thread make a Q8_1 block of
@@ -45,7 +41,7 @@ __global__ void __launch_bounds__(1024)
     for (int j = 0; j < QUADS; j++) {
         int i = threadIdx.x + j * blockDim.x;
         if (residual) {
-            v[j] = add4(v[j], r[j]);
+            v[j] = make_float4(v[j].x + r[j].x, v[j].y + r[j].y, v[j].z + r[j].z, v[j].w + r[j].w);
             if (i < n4) x4[i] = v[j];
         }
         ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
@@ -76,12 +72,10 @@ __global__ void __launch_bounds__(1024)
 #define NORM_SPLIT_THREADS 128
 #define NORM_SPLIT_MAX_BLOCKS 16
 
-/* With SUM (one row): the n_sum vectors at parts are added to x in their order, all loaded with x before the first
- * is added (one round trip), and the block's own run of the sum is written to x_out. */
-template <int QUADS, bool SUM>
+template <int QUADS>
 __global__ void __launch_bounds__(NORM_SPLIT_THREADS)
     rmsnorm_split_kernel(const float *x, const float *w, float *out, int8_t *out_q, __half2 *out_h, int n, int n_rows,
-                         float eps, const float *parts, int n_sum, float *x_out) {
+                         float eps) {
     int n4 = n / 4, mine = blockIdx.x * NORM_SPLIT_THREADS + threadIdx.x;
     int64_t base = (int64_t)blockIdx.y * n;
     const float4 *x4 = (const float4 *)(x + base), *w4 = (const float4 *)w;
@@ -94,21 +88,6 @@ __global__ void __launch_bounds__(NORM_SPLIT_THREADS)
         int i = threadIdx.x + j * NORM_SPLIT_THREADS;
         v[j] = i < n4 ? x4[i] : zero;
     }
-    if constexpr (SUM) {
-        float4 p[KILN_CUDA_MAX_SLICES][QUADS];
-#pragma unroll
-        for (int s = 0; s < KILN_CUDA_MAX_SLICES; s++)
-#pragma unroll
-            for (int j = 0; j < QUADS; j++) {
-                int i = threadIdx.x + j * NORM_SPLIT_THREADS;
-                p[s][j] = s < n_sum && i < n4 ? ((const float4 *)parts)[(int64_t)s * n4 + i] : zero;
-            }
-#pragma unroll
-        for (int s = 0; s < KILN_CUDA_MAX_SLICES; s++)
-#pragma unroll
-            for (int j = 0; j < QUADS; j++)
-                if (s < n_sum) v[j] = add4(v[j], p[s][j]);
-    }
     float ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < QUADS; j++) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
@@ -117,7 +96,6 @@ __global__ void __launch_bounds__(NORM_SPLIT_THREADS)
 #pragma unroll
     for (int j = 0; j < QUADS; j++) /* the block's own run is among the loaded ones: j = blockIdx.x */
         if (j == (int)blockIdx.x) m = v[j];
-    if (SUM && mine < n4) ((float4 *)x_out)[mine] = m;
     float4 o = make_float4(m.x * scale * wv.x, m.y * scale * wv.y, m.z * scale * wv.z, m.w * scale * wv.w);
     if (mine < n4) ((float4 *)(out + base))[mine] = o;
     if (out_q)
@@ -136,26 +114,14 @@ static bool launch_split(const float *x, const float *w, float *out, void *out_q
     const char *e = getenv("KILN_CUDA_NORM_SPLIT");
     int blocks = div_up(n / 4, NORM_SPLIT_THREADS);
     if ((e && atoi(e) == 0) || n % 32 || blocks > NORM_SPLIT_MAX_BLOCKS) return false;
-    auto kernel = blocks <= 1   ? rmsnorm_split_kernel<1, false>
-                  : blocks <= 2 ? rmsnorm_split_kernel<2, false>
-                  : blocks <= 4 ? rmsnorm_split_kernel<4, false>
-                  : blocks <= 8 ? rmsnorm_split_kernel<8, false>
-                                : rmsnorm_split_kernel<16, false>;
+    auto kernel = blocks <= 1   ? rmsnorm_split_kernel<1>
+                  : blocks <= 2 ? rmsnorm_split_kernel<2>
+                  : blocks <= 4 ? rmsnorm_split_kernel<4>
+                  : blocks <= 8 ? rmsnorm_split_kernel<8>
+                                : rmsnorm_split_kernel<16>;
     launch_pdl(kernel, dim3(blocks, n_rows), NORM_SPLIT_THREADS, stream, x, w, out, (int8_t *)out_q, (__half2 *)out_h,
-               n, n_rows, eps, (const float *)NULL, 0, (float *)NULL);
+               n, n_rows, eps);
     return true;
-}
-
-extern "C" int kiln_cuda_rmsnorm_parts(const float *x_in, const float *parts, int n_parts, float *x_out,
-                                       const float *w, float *out, void *out_q, int n, float eps, cudaStream_t stream) {
-    int blocks = div_up(n / 4, NORM_SPLIT_THREADS);
-    if (n % 32 || n > KILN_CUDA_SLICES_MAX_ROWS || n_parts < 1 || n_parts > KILN_CUDA_MAX_SLICES) return -1;
-    auto kernel = blocks <= 1 ? rmsnorm_split_kernel<1, true>
-                  : blocks <= 2 ? rmsnorm_split_kernel<2, true>
-                                : rmsnorm_split_kernel<4, true>;
-    launch_pdl(kernel, dim3(blocks, 1), NORM_SPLIT_THREADS, stream, x_in, w, out, (int8_t *)out_q, (__half2 *)NULL,
-               n, 1, eps, parts, n_parts, x_out);
-    return 0;
 }
 
 extern "C" void kiln_cuda_rmsnorm(float *x, const float *residual, const float *w, float *out, void *out_q, int n,

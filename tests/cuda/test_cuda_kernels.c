@@ -217,86 +217,6 @@ static void test_gemv_norm(void **state) {
     check_gemv_norm(KILN_TYPE_Q8_0, 512, 4096);
 }
 
-/* The down projection in slices (kiln_cuda_gemv_slices) against the double reference of each run of each row, and
- * the norm that adds the runs into the residual stream (kiln_cuda_rmsnorm_parts): its sum the very floats the host
- * adds in the same order, its normed row against a double reference and its Q8_1 the quantize kernel's bytes. */
-static void check_gemv_slices(kiln_type type, int k, int n, int want_slices) {
-    float *deq;
-    uint8_t *w = random_rows(type, k, n, &deq);
-    kiln_cuda_matrix m = {upload_matrix(type, w, k, n), type, k, n, kiln_row_size(type, k)};
-    int S = kiln_cuda_gemv_slices_of(&m, 0), run = k / S;
-    assert_int_equal(S, want_slices);
-    float *x = malloc(sizeof(float) * k), *xs = malloc(sizeof(float) * k), *parts = malloc(sizeof(float) * S * n);
-    float *res = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n), *sum = malloc(sizeof(float) * n);
-    float *x_out = malloc(sizeof(float) * n), *h = malloc(sizeof(float) * n);
-    double *ref = malloc(sizeof(double) * S * n), *ref_h = malloc(sizeof(double) * n);
-    uint8_t *q = malloc(Q8_1_BYTES(k)), *hq = malloc(Q8_1_BYTES(n)), *hq2 = malloc(Q8_1_BYTES(n));
-    rng_fill(x, k, 1.0f), rng_fill(res, n, 2.0f), rng_fill(g, n, 1.5f);
-    void *dq = gpu_alloc(Q8_1_BYTES(k)), *dhq = gpu_alloc(Q8_1_BYTES(n)), *dhq2 = gpu_alloc(Q8_1_BYTES(n));
-    float *dparts = gpu_alloc(sizeof(float) * S * n), *dres = gpu_upload(res, sizeof(float) * n);
-    float *dx_out = gpu_alloc(sizeof(float) * n), *dh = gpu_alloc(sizeof(float) * n);
-    kiln_cuda_quantize_q8_1(gpu_upload(x, sizeof(float) * k), dq, k, 1, 0);
-    assert_int_equal(kiln_cuda_gemv_slices(&m, dq, S, dparts, 0), 0);
-    assert_int_equal(kiln_cuda_gemv_slices(&m, dq, KILN_CUDA_MAX_SLICES + 1, dparts, 0), -1);
-    bool norm = n % 32 == 0; /* a residual stream's width */
-    if (norm) {
-        const float *dg = gpu_upload(g, sizeof(float) * n);
-        assert_int_equal(kiln_cuda_rmsnorm_parts(dres, dparts, S, dx_out, dg, dh, dhq, n, 1e-5f, 0), 0);
-        kiln_cuda_quantize_q8_1(dh, dhq2, n, 1, 0);
-    }
-    CUDA_SYNC();
-    CUDA_OK(cudaMemcpy(parts, dparts, sizeof(float) * S * n, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(q, dq, Q8_1_BYTES(k), cudaMemcpyDeviceToHost));
-    dequant_q8_1(q, k, xs);
-    for (int s = 0; s < S; s++)
-        for (int r = 0; r < n; r++) {
-            double a = 0;
-            for (int i = s * run; i < (s + 1) * run; i++) a += (double)deq[(size_t)r * k + i] * xs[i];
-            ref[(size_t)s * n + r] = a;
-        }
-    double e = rel_err(parts, ref, S * n);
-    fprintf(stderr, "gemv slices %-5s k %5d n %4d: %d runs, rel err %.2e\n", kiln_type_name(type), k, n, S, e);
-    assert_true(e < 1e-5);
-    if (norm) {
-        CUDA_OK(cudaMemcpy(x_out, dx_out, sizeof(float) * n, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(h, dh, sizeof(float) * n, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(hq, dhq, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(hq2, dhq2, Q8_1_BYTES(n), cudaMemcpyDeviceToHost));
-        double ss = 0;
-        for (int r = 0; r < n; r++) {
-            sum[r] = res[r];
-            for (int s = 0; s < S; s++) sum[r] += parts[(size_t)s * n + r];
-            ss += (double)sum[r] * sum[r];
-        }
-        for (int r = 0; r < n; r++) ref_h[r] = sum[r] / sqrt(ss / n + 1e-5) * g[r];
-        double eh = rel_err(h, ref_h, n);
-        fprintf(stderr, "  the runs added into x and normed: rel err %.2e\n", eh);
-        assert_true(eh < 1e-5);
-        assert_memory_equal(x_out, sum, sizeof(float) * n);
-        assert_memory_equal(hq, hq2, Q8_1_BYTES(n));
-    }
-    free(deq), free(w), free(x), free(xs), free(parts), free(res), free(g), free(sum), free(x_out), free(h), free(ref);
-    free(ref_h), free(q), free(hq), free(hq2);
-    gpu_free_all();
-}
-
-/* qwen2-1.5b's down projection (35 super-blocks a row: 5 runs of 56 parts) in both of Q4_K_M's types; fewer rows
- * than a wave's warps, not a multiple of a block's; a one-part format; and rows that need no slices. */
-static void test_gemv_slices(void **state) {
-    SKIP_WITHOUT_GPU();
-    check_gemv_slices(KILN_TYPE_Q4_K, 8960, 1536, 5);
-    check_gemv_slices(KILN_TYPE_Q6_K, 8960, 1536, 5);
-    check_gemv_slices(KILN_TYPE_Q6_K, 8960, 301, 5);
-    check_gemv_slices(KILN_TYPE_Q8_0, 2560, 576, 2);
-    check_gemv_slices(KILN_TYPE_Q4_0, 6144, 2048, 3);
-    kiln_cuda_matrix m = {NULL, KILN_TYPE_Q4_K, 1536, 576, kiln_row_size(KILN_TYPE_Q4_K, 1536)};
-    assert_int_equal(kiln_cuda_gemv_slices_of(&m, 0), 0); /* one batch a lane already */
-    assert_int_equal(kiln_cuda_gemv_slices_of(&m, 2), 2);  /* as tests force it */
-    assert_int_equal(kiln_cuda_gemv_slices_of(&m, 5), 6);
-    m.k = 8960, m.n = 4096;
-    assert_int_equal(kiln_cuda_gemv_slices_of(&m, 0), 0); /* rows enough for the two-warp form */
-}
-
 /* Embedding rows and F16 tiles against the CPU's dequantized rows. */
 static void check_dequant(kiln_type type) {
     const int k = 512, n = 40, n_tok = 5;
@@ -1023,7 +943,6 @@ int main(void) {
         cmocka_unit_test(test_gemv_qkv_rope),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_gemv_norm),
-        cmocka_unit_test(test_gemv_slices),
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_top_k),

@@ -324,10 +324,9 @@ static void test_models(void **state) {
     rng_seed();
     bool ok = true;
     /* each model through a kernel per op (the default), the same with the norms done by the residual GEMVs (opt-in)
-     * and with the down projection in slices (opt-in; forced on these short rows), and through the persistent
-     * decode step */
+     * and through the persistent decode step */
     static const struct { const char *name, *value; } paths[] = {
-        {NULL, NULL}, {"KILN_CUDA_FUSE", "3"}, {"KILN_CUDA_DOWN_SLICES", "2"}, {"KILN_CUDA_PERSISTENT", "1"}};
+        {NULL, NULL}, {"KILN_CUDA_FUSE", "3"}, {"KILN_CUDA_PERSISTENT", "1"}};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         if (paths[i].name) setenv(paths[i].name, paths[i].value, 1);
         ok = each_test_model(check_model) && ok;
