@@ -96,6 +96,7 @@ struct gemv_rope {
     const float *bias[GEMV_MAX_MATS];
     __half *k_cache, *v_cache; /* the layer's */
     const int32_t *d_pos;
+    bool bias_early; /* the pairs' biases loaded before the wait with their angles (rope_angles) */
 };
 
 /* What a launch does beyond its rows, apart from gemv_job: in the job, the norm's fields took the plain GEMV's
@@ -181,16 +182,30 @@ __device__ __forceinline__ int rope_pair_row(int t, int row0, int n) {
     return row0 + 2 * (t % PER_HALF) + (TWO == GEMV_PAIR && t >= PER_HALF ? n : 0);
 }
 
+__device__ __forceinline__ const float *rope_bias(const gemv_rope &r, int mat) {
+    return mat == 0 ? r.bias[0] : mat == 1 ? r.bias[1] : r.bias[2];
+}
+
+/* The pair's two biases (zeros without any): weights, so they may be read before the wait. */
+__device__ __forceinline__ float2 rope_bias_pair(const gemv_rope &r, int mat, int row) {
+    const float *bias = rope_bias(r, mat);
+    return bias ? make_float2(bias[row], bias[row + 1]) : make_float2(0.0f, 0.0f);
+}
+
 /* Before the wait: the position (written by the step before, finished: cuda_common.cuh) and each pair's sine and
- * cosine into shared memory, by the first warp's first rope_pairs threads, so the epilogue waits for neither. */
+ * cosine into shared memory, by the first warp's first rope_pairs threads, so the epilogue waits for neither; with
+ * r.bias_early the pair's biases too (bias), whose loads otherwise come after the sums, on the launch's tail.
+ * Opt-in until timed on a GPU: KILN_CUDA_ROPE_BIAS_EARLY=1 (read at launch). */
 template <int TWO>
-__device__ __forceinline__ void rope_angles(const gemv_rope &r, int mat, int row0, int n, float2 *sc, int *pos) {
+__device__ __forceinline__ void rope_angles(const gemv_rope &r, int mat, int row0, int n, float2 *sc, float2 *bias,
+                                            int *pos) {
     int t = threadIdx.y * 32 + threadIdx.x;
     if (t >= rope_pairs<TWO>()) return;
-    int p = *r.d_pos, d = rope_pair_row<TWO>(t, row0, n) % r.a.head_dim;
+    int row = rope_pair_row<TWO>(t, row0, n), p = *r.d_pos, d = row % r.a.head_dim;
     float sn = 0.0f, cs = 1.0f;
     if (mat < 2 && d < r.a.rope_dim) sincosf((float)p * r.a.freq[d / 2], &sn, &cs);
     sc[t] = make_float2(sn, cs);
+    if (r.bias_early) bias[t] = rope_bias_pair(r, mat, row);
     if (t == 0) *pos = p;
 }
 
@@ -198,7 +213,7 @@ __device__ __forceinline__ void rope_angles(const gemv_rope &r, int mat, int row
  * expressions, so the results are those of the GEMV and rope_store_kernel one after the other. mat: 0 q, 1 k, 2 v. */
 template <int TWO>
 __device__ __forceinline__ void rope_rows(const gemv_rope &r, int mat, int row0, int n, float a, float b, float *y,
-                                          const float2 *sc, const int *pos) {
+                                          const float2 *sc, const float2 *bias, const int *pos) {
     __shared__ float vals[2 * GEMV_ROWS_PER_BLOCK];
     if (threadIdx.x == 0) vals[threadIdx.y] = a, vals[GEMV_ROWS_PER_BLOCK + threadIdx.y] = b;
     __syncthreads();
@@ -207,8 +222,8 @@ __device__ __forceinline__ void rope_rows(const gemv_rope &r, int mat, int row0,
     constexpr int PER_HALF = GEMV_ROWS_PER_BLOCK / 2;
     int row = rope_pair_row<TWO>(t, row0, n), local = 2 * (t % PER_HALF) + (t >= PER_HALF ? GEMV_ROWS_PER_BLOCK : 0);
     int hd = r.a.head_dim, d = row % hd;
-    const float *bias = mat == 0 ? r.bias[0] : mat == 1 ? r.bias[1] : r.bias[2];
-    float x0 = vals[local] + (bias ? bias[row] : 0.0f), x1 = vals[local + 1] + (bias ? bias[row + 1] : 0.0f);
+    float2 bs = r.bias_early ? bias[t] : rope_bias_pair(r, mat, row);
+    float x0 = vals[local] + bs.x, x1 = vals[local + 1] + bs.y;
     if (mat < 2 && d < r.a.rope_dim) {
         float r0 = x0 * sc[t].y - x1 * sc[t].x, r1 = x0 * sc[t].x + x1 * sc[t].y;
         x0 = r0, x1 = r1;
@@ -279,7 +294,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
     }
     constexpr int STEP = 32 * SPLIT * BATCH;
     constexpr bool NORM = EPI == GEMV_EPI_NORM, roped = EPI == GEMV_EPI_ROPE;
-    __shared__ float2 rope_sc[rope_pairs<TWO>()];
+    __shared__ float2 rope_sc[rope_pairs<TWO>()], rope_b[rope_pairs<TWO>()];
     __shared__ int rope_pos;
     constexpr bool ADD_EARLY = TWO == GEMV_ONE && BATCH == 2;
     float a = 0.0f, b = 0.0f, old = 0.0f;
@@ -297,7 +312,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         int end = row < n ? n_parts : 0;
         bool any = 32 * slice < end; /* the warp goes round together */
         if (any) load_batch<F, TWO, SPLIT, BATCH>(w, up, g0, up_off, u_first, end, ra, rb, uc);
-        if constexpr (roped) rope_angles<TWO>(ex.rope, mat, row0, n, rope_sc, &rope_pos);
+        if constexpr (roped) rope_angles<TWO>(ex.rope, mat, row0, n, rope_sc, rope_b, &rope_pos);
         pdl_release_and_wait();
         if (SPLIT == 1 && row >= n && !NORM) return; /* as below */
         if (ADD_EARLY) load_old(job, y, row, stores, old);
@@ -305,7 +320,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
         if (any) dot_batch<F, TWO, SPLIT, BATCH>(ra, rb, uc, u_first, end, x, a, b);
         u_first += STEP;
     } else {
-        if constexpr (roped) rope_angles<TWO>(ex.rope, mat, row0, n, rope_sc, &rope_pos);
+        if constexpr (roped) rope_angles<TWO>(ex.rope, mat, row0, n, rope_sc, rope_b, &rope_pos);
         pdl_release_and_wait();
         /* with SPLIT > 1 or a last-block step to follow, every warp must reach the barriers below */
         if (SPLIT == 1 && row >= n && !NORM) return;
@@ -331,7 +346,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
 #pragma unroll
             for (int s = 1; s < SPLIT; s++) a += sa[threadIdx.y + s], b += sb[threadIdx.y + s];
     }
-    if constexpr (roped) return rope_rows<TWO>(ex.rope, mat, row0, n, a, b, y, rope_sc, &rope_pos);
+    if constexpr (roped) return rope_rows<TWO>(ex.rope, mat, row0, n, a, b, y, rope_sc, rope_b, &rope_pos);
     if (threadIdx.x == 0 && (!NORM || (slice == 0 && row < n))) {
         if (TWO == GEMV_SWIGLU) y[row] = silu(a) * b;
         else if (ADD_EARLY) store_added(job, y, row, a, old);
@@ -796,7 +811,8 @@ extern "C" int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float 
             ms[i]->k != ms[0]->k || warps_per_row(ms[i]) != 1 || ms[i]->n % (2 * GEMV_ROWS_PER_BLOCK))
             return -1;
     gemv_extras ex = {};
-    ex.rope = gemv_rope{*r, {bq, bk, bv}, (__half *)k_cache, (__half *)v_cache, d_pos};
+    const char *e = getenv("KILN_CUDA_ROPE_BIAS_EARLY");
+    ex.rope = gemv_rope{*r, {bq, bk, bv}, (__half *)k_cache, (__half *)v_cache, d_pos, e && *e && atoi(e) != 0};
     float *ys[3] = {q, q, q}; /* k and v rows go to the caches only */
     if (ms[1]->type == ms[0]->type && ms[2]->type == ms[0]->type)
         return launch_quant<false>(ms, ys, 3, xq, gemv_job{}, ex, stream);

@@ -496,10 +496,11 @@ static void test_rope(void **state) {
     check_rope(true);
 }
 
-/* Q/K/V with the rope stage in the GEMV launch (kiln_cuda_gemv_qkv_rope) against kiln_cuda_gemv_multi and then
- * kiln_cuda_rope_store (each checked against the CPU above): the same arithmetic, so the same q and the same cache
- * bytes. llama3-8b's shape takes row pairs and the Q4_K + Q6_K mixed launch on an H100; the small one one type, a
- * partial rotary dim and biases. NeoX pairs are refused. */
+/* Q/K/V with the rope stage in the GEMV launch (kiln_cuda_gemv_qkv_rope), its biases loaded after the sums or
+ * before the wait (KILN_CUDA_ROPE_BIAS_EARLY=1), against kiln_cuda_gemv_multi and then kiln_cuda_rope_store (each
+ * checked against the CPU above): the same arithmetic, so the same q and the same cache bytes. llama3-8b's shape
+ * takes row pairs and the Q4_K + Q6_K mixed launch on an H100; the small one one type, a partial rotary dim and
+ * biases. NeoX pairs are refused. */
 static void check_qkv_rope(kiln_type tq, kiln_type tv, int k, int n_head, int n_head_kv, int head_dim, int rope_dim,
                            bool bias) {
     kiln_cuda_rope_args a = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .rope_dim = rope_dim,
@@ -527,34 +528,39 @@ static void check_qkv_rope(kiln_type tq, kiln_type tv, int k, int n_head, int n_
     }
     int32_t pos = 37, *dpos = gpu_upload(&pos, sizeof pos);
     size_t cache = 2 * (size_t)kvd * a.n_ctx;
-    float *q[2];
-    uint8_t *kc[2], *vc[2];
-    for (int fused = 0; fused < 2; fused++) {
+    float *q[3];
+    uint8_t *kc[3], *vc[3];
+    for (int form = 0; form < 3; form++) { /* the two kernels, the fused launch, the same with the biases early */
+        bool fused = form > 0;
         float *dq = gpu_alloc(sizeof(float) * qd), *dk = gpu_alloc(sizeof(float) * kvd), *dv = gpu_alloc(sizeof(float) * kvd);
         float *ys[3] = {dq, dk, dv};
         void *dkc = gpu_alloc(cache), *dvc = gpu_alloc(cache);
         CUDA_OK(cudaMemset(dkc, 0, cache));
         CUDA_OK(cudaMemset(dvc, 0, cache));
         if (fused) {
+            if (form == 2) setenv("KILN_CUDA_ROPE_BIAS_EARLY", "1", 1);
             assert_int_equal(kiln_cuda_gemv_qkv_rope(ms, dq, dx, &a, b[0], b[1], b[2], dkc, dvc, dpos, 0), 0);
+            unsetenv("KILN_CUDA_ROPE_BIAS_EARLY");
         } else {
             assert_int_equal(kiln_cuda_gemv_multi(ms, ys, 3, dx, NULL, 0), 0);
             kiln_cuda_rope_store(&a, dq, dk, dv, b[0], b[1], b[2], dkc, dvc, dpos, 1, 0);
         }
         CUDA_SYNC();
-        q[fused] = malloc(sizeof(float) * qd), kc[fused] = malloc(cache), vc[fused] = malloc(cache);
-        CUDA_OK(cudaMemcpy(q[fused], dq, sizeof(float) * qd, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(kc[fused], dkc, cache, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(vc[fused], dvc, cache, cudaMemcpyDeviceToHost));
+        q[form] = malloc(sizeof(float) * qd), kc[form] = malloc(cache), vc[form] = malloc(cache);
+        CUDA_OK(cudaMemcpy(q[form], dq, sizeof(float) * qd, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(kc[form], dkc, cache, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(vc[form], dvc, cache, cudaMemcpyDeviceToHost));
     }
     fprintf(stderr, "gemv+rope %s/%s k %d heads %d/%d hd %d rope %d%s: q, k and v rows as the two kernels'\n",
             kiln_type_name(tq), kiln_type_name(tv), k, n_head, n_head_kv, head_dim, rope_dim, bias ? " bias" : "");
-    assert_memory_equal(q[0], q[1], sizeof(float) * qd);
-    assert_memory_equal(kc[0], kc[1], cache);
-    assert_memory_equal(vc[0], vc[1], cache);
+    for (int form = 1; form < 3; form++) {
+        assert_memory_equal(q[0], q[form], sizeof(float) * qd);
+        assert_memory_equal(kc[0], kc[form], cache);
+        assert_memory_equal(vc[0], vc[form], cache);
+    }
     a.neox = true;
     assert_int_equal(kiln_cuda_gemv_qkv_rope(ms, q[0], dx, &a, NULL, NULL, NULL, kc[0], vc[0], dpos, 0), -1);
-    for (int f = 0; f < 2; f++) free(q[f]), free(kc[f]), free(vc[f]);
+    for (int f = 0; f < 3; f++) free(q[f]), free(kc[f]), free(vc[f]);
     free(x);
     gpu_free_all();
 }
