@@ -182,13 +182,9 @@ __device__ __forceinline__ int rope_pair_row(int t, int row0, int n) {
     return row0 + 2 * (t % PER_HALF) + (TWO == GEMV_PAIR && t >= PER_HALF ? n : 0);
 }
 
-__device__ __forceinline__ const float *rope_bias(const gemv_rope &r, int mat) {
-    return mat == 0 ? r.bias[0] : mat == 1 ? r.bias[1] : r.bias[2];
-}
-
 /* The pair's two biases (zeros without any): weights, so they may be read before the wait. */
 __device__ __forceinline__ float2 rope_bias_pair(const gemv_rope &r, int mat, int row) {
-    const float *bias = rope_bias(r, mat);
+    const float *bias = mat == 0 ? r.bias[0] : mat == 1 ? r.bias[1] : r.bias[2];
     return bias ? make_float2(bias[row], bias[row + 1]) : make_float2(0.0f, 0.0f);
 }
 
