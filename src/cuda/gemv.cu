@@ -190,8 +190,8 @@ __device__ __forceinline__ float2 rope_bias_pair(const gemv_rope &r, int mat, in
 
 /* Before the wait: the position (written by the step before, finished: cuda_common.cuh) and each pair's sine and
  * cosine into shared memory, by the first warp's first rope_pairs threads, so the epilogue waits for neither; with
- * r.bias_early the pair's biases too (bias), whose loads otherwise come after the sums, on the launch's tail.
- * Opt-in until timed on a GPU: KILN_CUDA_ROPE_BIAS_EARLY=1 (read at launch). */
+ * r.bias_early the pair's biases too (bias), whose loads would otherwise come after the sums, on the launch's tail
+ * (the default since it was timed: KILN_CUDA_ROPE_BIAS_EARLY=0 loads them late, for comparisons). */
 template <int TWO>
 __device__ __forceinline__ void rope_angles(const gemv_rope &r, int mat, int row0, int n, float2 *sc, float2 *bias,
                                             int *pos) {
@@ -692,8 +692,9 @@ static int launch_quant(const kiln_cuda_matrix *const *ms, float *const *ys, int
     return launch_quant_as<two>(ms, n_mats, xq, job, ex, stream, split, blocks, rows_per_block);
 }
 
-static bool add_early() {
-    const char *e = getenv("KILN_CUDA_GEMV_ADD_EARLY");
+/* A measured default that NAME=0 turns off, for comparisons (read at launch). */
+static bool on_unless_zero(const char *name) {
+    const char *e = getenv(name);
     return !e || !*e || atoi(e) != 0;
 }
 
@@ -703,7 +704,7 @@ extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const f
     if (!kiln_cuda_type_uses_q8_1(m->type)) return launch_float<false>(m, nullptr, xf, y, accumulate, stream);
     gemv_job job = {};
     job.accumulate = accumulate;
-    job.add_early = add_early();
+    job.add_early = on_unless_zero("KILN_CUDA_GEMV_ADD_EARLY");
     return launch_quant<false>(&m, &y, 1, xq, job, gemv_extras{}, stream);
 }
 
@@ -792,7 +793,7 @@ extern "C" int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, fl
     if (!kiln_cuda_type_uses_q8_1(m->type) || !kiln_cuda_type_supported(m->type, m->k) || m->n % 32) return -1;
     gemv_job job = {};
     job.accumulate = true;
-    job.add_early = add_early();
+    job.add_early = on_unless_zero("KILN_CUDA_GEMV_ADD_EARLY");
     gemv_extras ex = {};
     ex.norm = *norm;
     return launch_quant<false>(&m, &y, 1, xq, job, ex, stream);
@@ -807,8 +808,8 @@ extern "C" int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float 
             ms[i]->k != ms[0]->k || warps_per_row(ms[i]) != 1 || ms[i]->n % (2 * GEMV_ROWS_PER_BLOCK))
             return -1;
     gemv_extras ex = {};
-    const char *e = getenv("KILN_CUDA_ROPE_BIAS_EARLY");
-    ex.rope = gemv_rope{*r, {bq, bk, bv}, (__half *)k_cache, (__half *)v_cache, d_pos, e && *e && atoi(e) != 0};
+    ex.rope = gemv_rope{*r, {bq, bk, bv}, (__half *)k_cache, (__half *)v_cache, d_pos,
+                        on_unless_zero("KILN_CUDA_ROPE_BIAS_EARLY")};
     float *ys[3] = {q, q, q}; /* k and v rows go to the caches only */
     if (ms[1]->type == ms[0]->type && ms[2]->type == ms[0]->type)
         return launch_quant<false>(ms, ys, 3, xq, gemv_job{}, ex, stream);

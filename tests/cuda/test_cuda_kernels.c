@@ -496,8 +496,8 @@ static void test_rope(void **state) {
     check_rope(true);
 }
 
-/* Q/K/V with the rope stage in the GEMV launch (kiln_cuda_gemv_qkv_rope), its biases loaded after the sums or
- * before the wait (KILN_CUDA_ROPE_BIAS_EARLY=1), against kiln_cuda_gemv_multi and then kiln_cuda_rope_store (each
+/* Q/K/V with the rope stage in the GEMV launch (kiln_cuda_gemv_qkv_rope), its biases loaded before the wait (the
+ * default) or after the sums (KILN_CUDA_ROPE_BIAS_EARLY=0), against kiln_cuda_gemv_multi and then kiln_cuda_rope_store (each
  * checked against the CPU above): the same arithmetic, so the same q and the same cache bytes. llama3-8b's shape
  * takes row pairs and the Q4_K + Q6_K mixed launch on an H100; the small one one type, a partial rotary dim and
  * biases. NeoX pairs are refused. */
@@ -530,7 +530,7 @@ static void check_qkv_rope(kiln_type tq, kiln_type tv, int k, int n_head, int n_
     size_t cache = 2 * (size_t)kvd * a.n_ctx;
     float *q[3];
     uint8_t *kc[3], *vc[3];
-    for (int form = 0; form < 3; form++) { /* the two kernels, the fused launch, the same with the biases early */
+    for (int form = 0; form < 3; form++) { /* the two kernels, the fused launch with the biases late, then early */
         bool fused = form > 0;
         float *dq = gpu_alloc(sizeof(float) * qd), *dk = gpu_alloc(sizeof(float) * kvd), *dv = gpu_alloc(sizeof(float) * kvd);
         float *ys[3] = {dq, dk, dv};
@@ -538,7 +538,7 @@ static void check_qkv_rope(kiln_type tq, kiln_type tv, int k, int n_head, int n_
         CUDA_OK(cudaMemset(dkc, 0, cache));
         CUDA_OK(cudaMemset(dvc, 0, cache));
         if (fused) {
-            if (form == 2) setenv("KILN_CUDA_ROPE_BIAS_EARLY", "1", 1);
+            if (form == 1) setenv("KILN_CUDA_ROPE_BIAS_EARLY", "0", 1);
             assert_int_equal(kiln_cuda_gemv_qkv_rope(ms, dq, dx, &a, b[0], b[1], b[2], dkc, dvc, dpos, 0), 0);
             unsetenv("KILN_CUDA_ROPE_BIAS_EARLY");
         } else {
