@@ -76,10 +76,13 @@ struct gemv_job {
 };
 
 /* The value a residual add adds to, loaded right after the PDL wait by the lane that will store the row (with
- * job.add_early) instead of after its sums, so the launch's tail has no L2 round trip before its stores. Only in
- * the one-row forms of batches of two, which the residual GEMVs take: in the batch-4 forms the register it holds
- * made Q8_0's spills go from 8 to 28 bytes. On by default (H100: qwen2-1.5b +1.6%, llama3-8b +0.7%);
- * KILN_CUDA_GEMV_ADD_EARLY=0 (read at launch) loads it after the sums, for comparisons. */
+ * job.add_early) instead of after its sums, so the launch's tail has no L2 round trip before its stores. In the
+ * one-row forms of batches of two, which the residual GEMVs take, and of four (llama3-8b's output projection) for
+ * formats whose loaded part holds at most GEMV_ADD_EARLY_WORDS4 words: with Q5_K's and Q8_0's 9 the register it
+ * holds spilled (0 to 8, 8 to 28 bytes). On by default (H100: qwen2-1.5b +1.6%, llama3-8b +0.7% from the batches of
+ * two); KILN_CUDA_GEMV_ADD_EARLY=0 (read at launch) loads it after the sums, =2 only in the batches of two, for
+ * comparisons. */
+#define GEMV_ADD_EARLY_WORDS4 8
 __device__ __forceinline__ void load_old(const gemv_job &job, const float *y, int row, bool mine, float &old) {
     if (job.accumulate && job.add_early && mine) old = y[row];
 }
@@ -292,7 +295,7 @@ __device__ __forceinline__ void gemv_rows(const gemv_job &job, const gemv_extras
     constexpr bool NORM = EPI == GEMV_EPI_NORM, roped = EPI == GEMV_EPI_ROPE;
     __shared__ float2 rope_sc[rope_pairs<TWO>()], rope_b[rope_pairs<TWO>()];
     __shared__ int rope_pos;
-    constexpr bool ADD_EARLY = TWO == GEMV_ONE && BATCH == 2;
+    constexpr bool ADD_EARLY = TWO == GEMV_ONE && (BATCH == 2 || F::raw_words <= GEMV_ADD_EARLY_WORDS4);
     float a = 0.0f, b = 0.0f, old = 0.0f;
     bool stores = threadIdx.x == 0 && slice == 0 && row < n; /* the lane that stores the row's result */
     int u_first = 32 * slice + threadIdx.x; /* the lane's first part */
@@ -698,13 +701,21 @@ static bool on_unless_zero(const char *name) {
     return !e || !*e || atoi(e) != 0;
 }
 
+/* job.add_early for m's launch (load_old): on unless KILN_CUDA_GEMV_ADD_EARLY=0; =2 only where m's lanes take
+ * batches of two, to compare the batches of four alone. */
+static bool add_early(const kiln_cuda_matrix *m) {
+    const char *e = getenv("KILN_CUDA_GEMV_ADD_EARLY");
+    if (e && *e && atoi(e) == 2) return parts_per_batch(m->k / 32, warps_per_row(m)) != 4;
+    return on_unless_zero("KILN_CUDA_GEMV_ADD_EARLY");
+}
+
 extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,
                               cudaStream_t stream) {
     if (!kiln_cuda_type_supported(m->type, m->k)) return -1;
     if (!kiln_cuda_type_uses_q8_1(m->type)) return launch_float<false>(m, nullptr, xf, y, accumulate, stream);
     gemv_job job = {};
     job.accumulate = accumulate;
-    job.add_early = on_unless_zero("KILN_CUDA_GEMV_ADD_EARLY");
+    job.add_early = add_early(m);
     return launch_quant<false>(&m, &y, 1, xq, job, gemv_extras{}, stream);
 }
 
@@ -793,7 +804,7 @@ extern "C" int kiln_cuda_gemv_norm(const kiln_cuda_matrix *m, const void *xq, fl
     if (!kiln_cuda_type_uses_q8_1(m->type) || !kiln_cuda_type_supported(m->type, m->k) || m->n % 32) return -1;
     gemv_job job = {};
     job.accumulate = true;
-    job.add_early = on_unless_zero("KILN_CUDA_GEMV_ADD_EARLY");
+    job.add_early = add_early(m);
     gemv_extras ex = {};
     ex.norm = *norm;
     return launch_quant<false>(&m, &y, 1, xq, job, ex, stream);

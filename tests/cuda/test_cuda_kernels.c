@@ -275,9 +275,14 @@ static void test_type(void **state) {
     check_gemv(type, false, 1024);
     check_gemv(type, true, 1024);
     check_gemv(type, false, 3328); /* four parts a lane in one batch, the fourth past the row's end for most lanes */
-    check_gemv_case(type, false, true, 1536, 1000); /* the residual add, y loaded right after the wait */
-    setenv("KILN_CUDA_GEMV_ADD_EARLY", "0", 1);     /* ... and loaded after the sums */
-    check_gemv_case(type, false, true, 1536, 1000);
+    /* the residual add in batches of two and of four: y loaded right after the wait (the default: 1), after the sums
+     * (0), right after the wait in the batches of two only (2) */
+    const char *add_early[] = {"1", "0", "2"};
+    for (int i = 0; i < 3; i++) {
+        setenv("KILN_CUDA_GEMV_ADD_EARLY", add_early[i], 1);
+        check_gemv_case(type, false, true, 1536, 1000);
+        check_gemv_case(type, false, true, 3328, 1000);
+    }
     unsetenv("KILN_CUDA_GEMV_ADD_EARLY");
     /* batches of four on a row of two batches, the second part-empty: the form KILN_CUDA_GEMV_BATCH=4 forces */
     setenv("KILN_CUDA_GEMV_BATCH", "4", 1);
