@@ -77,8 +77,8 @@ struct gemv_job {
 
 /* The value a residual add adds to, loaded right after the PDL wait by the lane that will store the row (with
  * job.add_early) instead of after its sums, so the launch's tail has no L2 round trip before its stores. In the
- * one-row forms of batches of two, which the residual GEMVs take, and of four (llama3-8b's output projection) for
- * formats whose loaded part holds at most GEMV_ADD_EARLY_WORDS4 words: with Q5_K's and Q8_0's 9 the register it
+ * one-row forms of batches of two, which the residual GEMVs take, and of four (llama3-8b's output projection) or
+ * five (GEMV_BATCH5_WORDS) for formats whose loaded part holds at most GEMV_ADD_EARLY_WORDS4 words: with Q5_K's and Q8_0's 9 the register it
  * holds spilled (0 to 8, 8 to 28 bytes). On by default (H100: qwen2-1.5b +1.6%, llama3-8b +0.7% from the batches of
  * two); KILN_CUDA_GEMV_ADD_EARLY=0 (read at launch) loads it after the sums, =2 only in the batches of two, for
  * comparisons. */
@@ -534,7 +534,7 @@ static void launch_gemv(int blocks, int rows_per_block, int row_bytes, cudaStrea
  * 4096-wide matrices (Q/K/V, output) with two warps a row cost 1.9% of tg128. */
 static int warps_per_row(const kiln_cuda_matrix *m) { return m->k / 32 >= 256 && m->n < 4096 ? 2 : 1; }
 
-/* Parts a lane dots in one go (gemv_q_kernel's BATCH), 2 or 4. Four where a lane has 3 or 4 parts of a row, so the
+/* Parts a lane dots in one go (gemv_q_kernel's BATCH), 2, 4 or 5 (below). Four where a lane has 3 or 4 parts of a row, so the
  * whole row is one batch, and only in the plain one-warp-a-row form of formats whose four loaded parts take at most
  * 12 words (in the other formats, and the other forms under a 64-register cap, 4 spilled). The gate/up form loads
  * two matrices, so 2 already keeps 4 parts in flight.
@@ -545,10 +545,19 @@ static int warps_per_row(const kiln_cuda_matrix *m) { return m->k / 32 >= 256 &&
  * it is read when a launch is made, so a context's captured graph keeps what was set when it was captured. */
 static constexpr int GEMV_BATCH4_WORDS = 12;
 
+/* Two-warp rows of 257-320 parts (qwen2-1.5b's down projection, 280) took three round trips in batches of two, the
+ * first before the wait; a lane's five parts go in one batch, all loaded before the wait (40 words: GEMV_EARLY_WORDS),
+ * in the formats whose loaded part holds 8 words, Q4_K and Q6_K (ptxas: 8 bytes of spill stores each; Q3_K's form
+ * spilled 64, the others are not timed). Measured on H100 (tg128, alternating, the same bits): qwen2-1.5b 1,499.0,
+ * 1,497.2 and 1,496.7 tok/s against 1,477.7, 1,477.0 and 1,476.9 in batches of two (+1.4%). KILN_CUDA_GEMV_BATCH=2
+ * or 4 keeps them in twos, for comparisons. */
+static constexpr int GEMV_BATCH5_WORDS = 8;
+
 static int parts_per_batch(int n_parts, int split) {
     const char *e = getenv("KILN_CUDA_GEMV_BATCH");
     int forced = e ? atoi(e) : 0, per_lane = div_up(n_parts, 32 * split);
     if (forced == 2 || per_lane <= 2) return 2;
+    if (forced != 4 && split == 2 && per_lane == 5) return 5;
     return forced == 4 || per_lane <= 4 ? 4 : 2;
 }
 
@@ -578,6 +587,10 @@ static void launch_batched(int batch, int blocks, int rows_per_block, int row_by
     if constexpr (!TWO && EPI != GEMV_EPI_NORM && SPLIT == 1 && F::raw_words <= GEMV_BATCH4_WORDS)
         if (batch == 4)
             return launch_gemv<gemv_q_kernel<F, TWO, SPLIT, EPI, 4, GEMV_MIN_BLOCKS>>(
+                blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
+    if constexpr (!TWO && EPI == GEMV_EPI_PLAIN && SPLIT == 2 && F::raw_words == GEMV_BATCH5_WORDS)
+        if (batch == 5)
+            return launch_gemv<gemv_q_kernel<F, TWO, SPLIT, EPI, 5, GEMV_MIN_BLOCKS>>(
                 blocks, rows_per_block, row_bytes, stream, job, ex, n_parts, xq);
     launch_gemv<gemv_q_kernel<F, TWO, SPLIT, EPI, 2, GEMV_MIN_BLOCKS>>(blocks, rows_per_block, row_bytes, stream,
                                                                           job, ex, n_parts, xq);

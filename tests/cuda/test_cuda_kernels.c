@@ -291,6 +291,13 @@ static void test_type(void **state) {
     /* rows of 8192+ inputs take the kernel's two-warps-per-row path */
     if (type == KILN_TYPE_Q4_0 || type == KILN_TYPE_Q4_K || type == KILN_TYPE_Q6_K) check_gemv(type, true, 8448);
     if (type == KILN_TYPE_Q8_0 || type == KILN_TYPE_Q5_K) check_gemv(type, false, 8448);
+    const char *five_parts[] = {"5", "2"}; /* such rows' five parts a lane in one batch (the default), in twos */
+    for (int i = 0; i < 2 && kiln_cuda_type_uses_q8_1(type); i++) {
+        setenv("KILN_CUDA_GEMV_BATCH", five_parts[i], 1);
+        check_gemv(type, false, 8448);
+        check_gemv_case(type, false, true, 8960, 1000);
+    }
+    unsetenv("KILN_CUDA_GEMV_BATCH");
     if (kiln_cuda_type_uses_q8_1(type)) check_gemv_multi(type, type, 512);
     /* the forms launches of more than one wave take (8 blocks an SM), forced on these few rows */
     setenv("KILN_CUDA_GEMV_WAVES", "1", 1);
