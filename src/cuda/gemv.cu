@@ -78,10 +78,10 @@ struct gemv_job {
 /* The value a residual add adds to, loaded right after the PDL wait by the lane that will store the row (with
  * job.add_early) instead of after its sums, so the launch's tail has no L2 round trip before its stores. In the
  * one-row forms of batches of two, which the residual GEMVs take, and of four (llama3-8b's output projection) or
- * five (GEMV_BATCH5_WORDS) for formats whose loaded part holds at most GEMV_ADD_EARLY_WORDS4 words: with Q5_K's and Q8_0's 9 the register it
- * holds spilled (0 to 8, 8 to 28 bytes). On by default (H100: qwen2-1.5b +1.6%, llama3-8b +0.7% from the batches of
- * two); KILN_CUDA_GEMV_ADD_EARLY=0 (read at launch) loads it after the sums, =2 only in the batches of two, for
- * comparisons. */
+ * five (GEMV_BATCH5_WORDS) for formats whose loaded part holds at most GEMV_ADD_EARLY_WORDS4 words: with Q5_K's
+ * and Q8_0's 9 the register it holds spilled (0 to 8, 8 to 28 bytes). On by default (H100: qwen2-1.5b +1.6%,
+ * llama3-8b +0.7% from the batches of two, +0.2% more from those of four); KILN_CUDA_GEMV_ADD_EARLY=0 (read at
+ * launch) loads it after the sums, =2 only in the batches of two, for comparisons. */
 #define GEMV_ADD_EARLY_WORDS4 8
 __device__ __forceinline__ void load_old(const gemv_job &job, const float *y, int row, bool mine, float &old) {
     if (job.accumulate && job.add_early && mine) old = y[row];
@@ -534,9 +534,9 @@ static void launch_gemv(int blocks, int rows_per_block, int row_bytes, cudaStrea
  * 4096-wide matrices (Q/K/V, output) with two warps a row cost 1.9% of tg128. */
 static int warps_per_row(const kiln_cuda_matrix *m) { return m->k / 32 >= 256 && m->n < 4096 ? 2 : 1; }
 
-/* Parts a lane dots in one go (gemv_q_kernel's BATCH), 2, 4 or 5 (below). Four where a lane has 3 or 4 parts of a row, so the
- * whole row is one batch, and only in the plain one-warp-a-row form of formats whose four loaded parts take at most
- * 12 words (in the other formats, and the other forms under a 64-register cap, 4 spilled). The gate/up form loads
+/* Parts a lane dots in one go (gemv_q_kernel's BATCH), 2, 4 or 5 (below). Four where a lane has 3 or 4 parts of a
+ * row, so the whole row is one batch, and only in the plain one-warp-a-row form of formats whose four loaded parts
+ * take at most 12 words (in the other formats, and the other forms under a 64-register cap, 4 spilled). The gate/up form loads
  * two matrices, so 2 already keeps 4 parts in flight.
  * Measured on H100 (tg128, alternating): 2 everywhere against the loop before it, qwen2-1.5b +5.6%, llama3-8b
  * even; then 4 on one-batch rows (llama3-8b's Q and K) +1.2% on llama3-8b; 4 on longer rows too, nothing more
@@ -715,11 +715,11 @@ static bool on_unless_zero(const char *name) {
 }
 
 /* job.add_early for m's launch (load_old): on unless KILN_CUDA_GEMV_ADD_EARLY=0; =2 only where m's lanes take
- * batches of two, to compare the batches of four alone. */
+ * batches other than four, to compare the batches of four alone. */
 static bool add_early(const kiln_cuda_matrix *m) {
     const char *e = getenv("KILN_CUDA_GEMV_ADD_EARLY");
-    if (e && *e && atoi(e) == 2) return parts_per_batch(m->k / 32, warps_per_row(m)) != 4;
-    return on_unless_zero("KILN_CUDA_GEMV_ADD_EARLY");
+    int setting = e && *e ? atoi(e) : 1;
+    return setting == 2 ? parts_per_batch(m->k / 32, warps_per_row(m)) != 4 : setting != 0;
 }
 
 extern "C" int kiln_cuda_gemv(const kiln_cuda_matrix *m, const void *xq, const float *xf, float *y, bool accumulate,

@@ -509,10 +509,10 @@ static void test_rope(void **state) {
 }
 
 /* Q/K/V with the rope stage in the GEMV launch (kiln_cuda_gemv_qkv_rope), its biases loaded before the wait (the
- * default) or after the sums (KILN_CUDA_ROPE_BIAS_EARLY=0), against kiln_cuda_gemv_multi and then kiln_cuda_rope_store (each
- * checked against the CPU above): the same arithmetic, so the same q and the same cache bytes. llama3-8b's shape
- * takes row pairs and the Q4_K + Q6_K mixed launch on an H100; the small one one type, a partial rotary dim and
- * biases. NeoX pairs are refused. */
+ * default) or after the sums (KILN_CUDA_ROPE_BIAS_EARLY=0), against kiln_cuda_gemv_multi and then
+ * kiln_cuda_rope_store (each checked against the CPU above): the same arithmetic, so the same q and the same cache
+ * bytes. llama3-8b's shape takes row pairs and the Q4_K + Q6_K mixed launch on an H100; the small one one type, a
+ * partial rotary dim and biases. NeoX pairs are refused. */
 static void check_qkv_rope(kiln_type tq, kiln_type tv, int k, int n_head, int n_head_kv, int head_dim, int rope_dim,
                            bool bias) {
     kiln_cuda_rope_args a = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .rope_dim = rope_dim,
