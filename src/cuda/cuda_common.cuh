@@ -171,17 +171,16 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-/* The split of each SM's unified L1 between cache and shared memory that launches ask for, in percent of the most
- * shared memory: 0, as much L1 cache as the kernel's shared memory leaves (the driver gives a kernel the shared
- * memory it needs whatever the hint). Measured on H100 (tg128, each setting's context alternating with the driver's
- * own choice a kernel, in one process): qwen2-1.5b +0.3-0.5% (1,509.3, 1,508.0 and 1,510.1 tok/s against 1,501.8,
- * 1,503.9 and 1,503.6), llama3-8b +1.2% (540.2 against 534.0, twice), the same bits; 25% even, 60% -0.4% on
- * qwen2-1.5b, 100% +0.6% on qwen2-1.5b but -3.0% on llama3-8b. KILN_CUDA_CARVEOUT=P (read at launch) asks for P
- * instead, -1 for no hint (the driver's choice), for comparisons. */
-#define KILN_CUDA_CARVEOUT_DEFAULT 0
+/* KILN_CUDA_CARVEOUT=P (0-100, read at launch; unset or -1: no hint, the driver's choice a kernel): every launch
+ * asks for P% of the most shared memory as its split of the SM's unified L1. Opt-in. Measured on H100 (tg128 at
+ * 512 + 128 tokens, each setting's context alternating with the driver's choice in one process): 0 (the most L1
+ * cache) qwen2-1.5b +0.3-0.5%, llama3-8b +1.2%, the same bits; 100 qwen2-1.5b +0.5-0.6%, llama3-8b -3.0%; 25 and
+ * 60 even or -0.4%. Not the default while unmeasured where it may cost: the driver still gives a kernel the shared
+ * memory one block needs, but at a small split fewer blocks may fit an SM (the decode attention's 384 blocks at
+ * 4096 positions, the top-k's tiles, the batched step's attention and mma GEMV). */
 static inline int carveout_percent() {
     const char *e = getenv("KILN_CUDA_CARVEOUT");
-    return e && *e ? atoi(e) : KILN_CUDA_CARVEOUT_DEFAULT;
+    return e && *e ? atoi(e) : -1;
 }
 
 /* launch_pdl with shared_bytes of dynamic shared memory a block (past 48 KB, the kernel must have been allowed it:
