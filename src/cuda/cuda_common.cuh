@@ -177,7 +177,8 @@ __device__ __forceinline__ void cp_async_wait() {
  * cache) qwen2-1.5b +0.3-0.5%, llama3-8b +1.2%, the same bits; 100 qwen2-1.5b +0.5-0.6%, llama3-8b -3.0%; 25 and
  * 60 even or -0.4%. Not the default while unmeasured where it may cost: the driver still gives a kernel the shared
  * memory one block needs, but at a small split fewer blocks may fit an SM (the decode attention's 384 blocks at
- * 4096 positions, the top-k's tiles, the batched step's attention and mma GEMV). */
+ * 4096 positions, the top-k's sorts, the batched step's attention and mma GEMV; run_on_device.sh's carveout stage
+ * times those). */
 static inline int carveout_percent() {
     const char *e = getenv("KILN_CUDA_CARVEOUT");
     return e && *e ? atoi(e) : -1;

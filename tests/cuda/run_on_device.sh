@@ -6,7 +6,7 @@
 # Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [initcheck-model] [gemv]
 #        [attention] [launch] [ncu] [batch-ncu]
 #        [model] [synth] [kiln] [debug] [default] [decode MODEL...] [batch] [memcheck-batch] [batch-bench MODEL...]
-#        [batch-profile MODEL...] [price MODEL...]
+#        [batch-profile MODEL...] [price MODEL...] [carveout MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
 # at /root/kiln-m/a from an earlier call on the same machine and its rest in .devrun/models/default.b: too big for
 # one call's carry)
@@ -103,6 +103,16 @@ while [ $# -gt 0 ]; do
             run "$bin/bench_cuda_decode" "$1" 16 128 KILN_CUDA_SKIP=norm KILN_CUDA_SKIP=rope \
                 KILN_CUDA_SKIP=attention KILN_CUDA_SKIP=quantize KILN_CUDA_SKIP=norm+rope+attention+quantize \
                 KILN_CUDA_SKIP=qkv KILN_CUDA_SKIP=wo KILN_CUDA_SKIP=gate_up KILN_CUDA_SKIP=down KILN_CUDA_SKIP=head; shift
+        done; continue ;;
+    carveout) # KILN_CUDA_CARVEOUT=0 (opt-in) against the driver's choice where a small L1 split may hold fewer blocks
+        # an SM: decode at 4000 positions (32 attention slices a head) and that prompt, sampled decode (the top-k's
+        # tiles; a process each, against the default's headline), the batched step at 1 and 64 sequences
+        shift; while [ $# -gt 0 ] && [ -e "$1" ]; do
+            run "$bin/bench_cuda_decode" "$1" 4000 128 KILN_CUDA_GEMV_ADD_EARLY=1 KILN_CUDA_CARVEOUT=0 KILN_CUDA_CARVEOUT=0
+            for c in -1 0; do
+                KILN_CUDA_CARVEOUT=$c run "$bin/bench_cuda_decode" "$1" 512 128
+                KILN_CUDA_CARVEOUT=$c run "$bin/bench_cuda_batch" "$1" 128 64 1 64
+            done; shift
         done; continue ;;
     batch-bench) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_batch" "$1"; shift; done; continue ;;
     batch-profile) # the batched step's per-op times (eager) at one and two sequences
