@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mutex>
+
 #define KILN_WARP 32
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -178,10 +180,45 @@ __device__ __forceinline__ void cp_async_wait() {
  * 60 even or -0.4%. Not the default while unmeasured where it may cost: the driver still gives a kernel the shared
  * memory one block needs, but at a small split fewer blocks may fit an SM (the decode attention's 384 blocks at
  * 4096 positions, the top-k's sorts, the batched step's attention and mma GEMV; run_on_device.sh's carveout stage
- * times those). */
-static inline int carveout_percent() {
+ * times those). KILN_CUDA_CARVEOUT=auto asks each kernel for carveout_for_occupancy's split instead. */
+#define KILN_CUDA_CARVEOUT_AUTO (-2)
+static inline int carveout_setting() {
     const char *e = getenv("KILN_CUDA_CARVEOUT");
-    return e && *e ? atoi(e) : -1;
+    if (!e || !*e) return -1;
+    return strcmp(e, "auto") ? atoi(e) : KILN_CUDA_CARVEOUT_AUTO;
+}
+
+/* The least shared memory that holds as many of the kernel's blocks an SM as the most shared memory would (its
+ * occupancy, times each block's static and dynamic shared memory and the reserve the system keeps a block), in
+ * percent of the most, rounded up: the most L1 cache that costs the kernel no block. Computed once a kernel, block
+ * size and dynamic size; -1 (no hint) where the runtime cannot say. */
+static inline int carveout_for_occupancy(const void *kernel, int threads, size_t dynamic) {
+    struct entry {
+        const void *kernel;
+        int threads;
+        size_t dynamic;
+        int percent;
+    };
+    enum { CACHED = 256 };
+    static entry cache[CACHED];
+    static int n_cached = 0;
+    static std::mutex lock;
+    std::lock_guard<std::mutex> hold(lock);
+    for (int i = 0; i < n_cached; i++)
+        if (cache[i].kernel == kernel && cache[i].threads == threads && cache[i].dynamic == dynamic)
+            return cache[i].percent;
+    cudaFuncAttributes fa;
+    int dev = 0, most = 0, reserve = 0, blocks = 0, percent = -1;
+    if (cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&reserve, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dynamic) == cudaSuccess && most > 0) {
+        int64_t need = (int64_t)blocks * ((int64_t)fa.sharedSizeBytes + (int64_t)dynamic + reserve);
+        int64_t rounded_up = (100 * need + most - 1) / most;
+        percent = rounded_up < 100 ? (int)rounded_up : 100;
+    }
+    if (n_cached < CACHED) cache[n_cached++] = entry{kernel, threads, dynamic, percent};
+    return percent;
 }
 
 /* launch_pdl with shared_bytes of dynamic shared memory a block (past 48 KB, the kernel must have been allowed it:
@@ -190,7 +227,9 @@ template <typename... Params, typename... Args>
 static inline void launch_pdl_shared(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                                      cudaStream_t stream, Args... args) {
     cudaLaunchAttribute attr[2];
-    int n_attrs = 0, carveout = carveout_percent();
+    int n_attrs = 0, carveout = carveout_setting();
+    if (carveout == KILN_CUDA_CARVEOUT_AUTO)
+        carveout = carveout_for_occupancy((const void *)kernel, (int)(block.x * block.y * block.z), shared_bytes);
     if (pdl_enabled()) {
         attr[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[n_attrs++].val.programmaticStreamSerializationAllowed = 1;

@@ -104,12 +104,16 @@ while [ $# -gt 0 ]; do
                 KILN_CUDA_SKIP=attention KILN_CUDA_SKIP=quantize KILN_CUDA_SKIP=norm+rope+attention+quantize \
                 KILN_CUDA_SKIP=qkv KILN_CUDA_SKIP=wo KILN_CUDA_SKIP=gate_up KILN_CUDA_SKIP=down KILN_CUDA_SKIP=head; shift
         done; continue ;;
-    carveout) # KILN_CUDA_CARVEOUT=0 (opt-in) against the driver's choice where a small L1 split may hold fewer blocks
-        # an SM: decode at 4000 positions (32 attention slices a head) and that prompt, sampled decode (the top-k's
-        # tiles; a process each, against the default's headline), the batched step at 1 and 64 sequences
+    carveout) # KILN_CUDA_CARVEOUT=0 and =auto (opt-in) against the driver's choice where a small L1 split may
+        # hold fewer blocks an SM: decode at 512 and 4000 positions (32 attention slices a head) and those prompts,
+        # sampled decode (the top-k's sorts; a process each, against the default's headline), the batched step at
+        # 1 and 64 sequences
         shift; while [ $# -gt 0 ] && [ -e "$1" ]; do
-            run "$bin/bench_cuda_decode" "$1" 4000 128 KILN_CUDA_GEMV_ADD_EARLY=1 KILN_CUDA_CARVEOUT=0 KILN_CUDA_CARVEOUT=0
-            for c in -1 0; do
+            run "$bin/bench_cuda_decode" "$1" 512 128 KILN_CUDA_GEMV_ADD_EARLY=1 KILN_CUDA_CARVEOUT=0 \
+                KILN_CUDA_CARVEOUT=auto
+            run "$bin/bench_cuda_decode" "$1" 4000 128 KILN_CUDA_GEMV_ADD_EARLY=1 KILN_CUDA_CARVEOUT=0 \
+                KILN_CUDA_CARVEOUT=auto KILN_CUDA_CARVEOUT=0 KILN_CUDA_CARVEOUT=auto
+            for c in -1 0 auto; do
                 KILN_CUDA_CARVEOUT=$c run "$bin/bench_cuda_decode" "$1" 512 128
                 KILN_CUDA_CARVEOUT=$c run "$bin/bench_cuda_batch" "$1" 128 64 1 64
             done; shift

@@ -945,6 +945,21 @@ static void test_top_k_draw(void **state) {
     check_top_k_draw(300, p[0], 1 << 12);
 }
 
+/* Launches that ask for a split of the SM's L1 (KILN_CUDA_CARVEOUT: the most L1 cache; each kernel's from its
+ * occupancy) compute what they do without: GEMVs and the row loop, decode attention over 32 slices, the top-k. */
+static void test_carveout(void **state) {
+    SKIP_WITHOUT_GPU();
+    const char *settings[] = {"0", "auto"};
+    for (int i = 0; i < 2; i++) {
+        setenv("KILN_CUDA_CARVEOUT", settings[i], 1);
+        check_gemv(KILN_TYPE_Q4_K, true, 1536);
+        check_gemv_loop(KILN_TYPE_Q4_K);
+        check_attention_decode(128, 32, 8, false, 128, 1500, false, KILN_CUDA_DECODE_CHUNK, 8);
+        check_top_k(151936, 40);
+    }
+    unsetenv("KILN_CUDA_CARVEOUT");
+}
+
 #define TYPE_TEST(t) cmocka_unit_test_prestate(test_type, (void *)(intptr_t)(t))
 
 int main(void) {
@@ -965,6 +980,7 @@ int main(void) {
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_top_k),
         cmocka_unit_test(test_top_k_draw),
+        cmocka_unit_test(test_carveout),
     };
     const char *only = getenv("KILN_TEST_FILTER"); /* a device call short of time runs the tests it is about */
     if (only && *only) cmocka_set_test_filter(only);
