@@ -216,6 +216,8 @@ static inline int carveout_for_occupancy(const void *kernel, int threads, size_t
         int64_t need = (int64_t)blocks * ((int64_t)fa.sharedSizeBytes + (int64_t)dynamic + reserve);
         int64_t rounded_up = (100 * need + most - 1) / most;
         percent = rounded_up < 100 ? (int)rounded_up : 100;
+    } else {
+        cudaGetLastError(); /* not left for the next launch's check to report */
     }
     if (n_cached < CACHED) cache[n_cached++] = entry{kernel, threads, dynamic, percent};
     return percent;
