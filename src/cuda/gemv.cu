@@ -112,7 +112,8 @@ struct gemv_extras {
 };
 
 /* Bytes a GEMV launch asks for in L2 before the previous kernel has finished: KILN_CUDA_PREFETCH megabytes (0: no
- * early prefetch, for comparisons). Enough to cover the start of the launch; more would evict what the previous
+ * early prefetch, for comparisons; read once a process, so compare it in separate processes, not as one of
+ * bench_cuda_decode's settings). Enough to cover the start of the launch; more would evict what the previous
  * kernel still reads, or the prefetched lines themselves. It needs PDL, which starts a kernel early. */
 static int64_t weight_prefetch_bytes() {
     static int64_t bytes = -1;
@@ -536,8 +537,8 @@ static int warps_per_row(const kiln_cuda_matrix *m) { return m->k / 32 >= 256 &&
 
 /* Parts a lane dots in one go (gemv_q_kernel's BATCH), 2, 4 or 5 (below). Four where a lane has 3 or 4 parts of a
  * row, so the whole row is one batch, and only in the plain one-warp-a-row form of formats whose four loaded parts
- * take at most 12 words (in the other formats, and the other forms under a 64-register cap, 4 spilled). The gate/up form loads
- * two matrices, so 2 already keeps 4 parts in flight.
+ * take at most 12 words (in the other formats, and the other forms under a 64-register cap, 4 spilled). The gate/up
+ * form loads two matrices, so 2 already keeps 4 parts in flight.
  * Measured on H100 (tg128, alternating): 2 everywhere against the loop before it, qwen2-1.5b +5.6%, llama3-8b
  * even; then 4 on one-batch rows (llama3-8b's Q and K) +1.2% on llama3-8b; 4 on longer rows too, nothing more
  * (both under the register caps before GEMV_MIN_BLOCKS).
