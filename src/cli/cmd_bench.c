@@ -222,7 +222,7 @@ int cmd_bench(int argc, char **argv) {
     if (!o.g.ctx.n_batch && o.n_prompt) o.g.ctx.n_batch = (int)o.n_prompt;
     kiln_model *m;
     kiln_context *c;
-    if (gen_opts_open(&o.g, &m, &c)) return 1;
+    if (gen_opts_open(&o.g, false, &m, &c)) return 1;
     bench_result r;
     if (o.profile && kiln_context_device(c) != KILN_DEVICE_CUDA) fprintf(stderr, "warning: --profile needs --device cuda\n");
     int rc = measure(&o, c, &r);

@@ -148,7 +148,7 @@ int cmd_chat(int argc, char **argv) {
     }
     kiln_model *m;
     kiln_context *c;
-    if (gen_opts_open(&g, &m, &c)) return 1;
+    if (gen_opts_open(&g, true, &m, &c)) return 1;
     gen_opts_describe(&g, c);
     struct sigaction sa = {.sa_handler = on_sigint};
     sigemptyset(&sa.sa_mask);

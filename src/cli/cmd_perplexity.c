@@ -143,7 +143,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     kiln_model *m;
     kiln_context *c;
-    if (gen_opts_open(&g, &m, &c)) {
+    if (gen_opts_open(&g, true, &m, &c)) {
         free(text);
         return 1;
     }

@@ -178,7 +178,7 @@ int cmd_run(int argc, char **argv) {
     if (parse_args(&o, argc, argv)) return 1;
     kiln_model *m;
     kiln_context *c;
-    if (gen_opts_open(&o.g, &m, &c)) return 1;
+    if (gen_opts_open(&o.g, true, &m, &c)) return 1;
     gen_opts_describe(&o.g, c);
     int32_t *ids = NULL;
     int n = build_prompt(&o, m, &ids), rc = 1;

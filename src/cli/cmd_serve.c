@@ -167,6 +167,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", msg);
         return 1;
     }
+    if (gen_require_tokenizer(m, o.model)) {
+        kiln_model_close(m);
+        return 1;
+    }
     kiln_error err = {{0}};
     srv_server *s = srv_start(m, &o.sched, &o.srv, &err);
     if (!s) {

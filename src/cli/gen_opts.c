@@ -137,7 +137,14 @@ void gen_opts_usage(FILE *out, int with_sampling) {
                  "  --stop STR               stop before STR (repeatable)\n");
 }
 
-int gen_opts_open(const gen_opts *o, kiln_model **m, kiln_context **c) {
+int gen_require_tokenizer(const kiln_model *m, const char *path) {
+    if (kiln_model_has_tokenizer(m)) return 0;
+    fprintf(stderr, "error: %s has no tokenizer (tokenizer.ggml.model absent or \"none\"): this command needs one; kiln bench "
+                    "runs such a file\n", path);
+    return -1;
+}
+
+int gen_opts_open(const gen_opts *o, bool needs_text, kiln_model **m, kiln_context **c) {
     char err[512];
     *m = NULL;
     *c = NULL;
@@ -147,6 +154,11 @@ int gen_opts_open(const gen_opts *o, kiln_model **m, kiln_context **c) {
     }
     if (!(*m = kiln_model_open(o->model, err, sizeof err))) {
         fprintf(stderr, "error: %s\n", err);
+        return -1;
+    }
+    if (needs_text && gen_require_tokenizer(*m, o->model)) {
+        kiln_model_close(*m);
+        *m = NULL;
         return -1;
     }
     if (!(*c = kiln_context_new(*m, &o->ctx, err, sizeof err))) {

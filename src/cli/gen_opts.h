@@ -26,8 +26,12 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i);
 /* Help lines for the shared options; sampling ones only when with_sampling. */
 void gen_opts_usage(FILE *out, int with_sampling);
 
-/* Opens the model and a context from the options, printing errors; returns 0 or -1. */
-int gen_opts_open(const gen_opts *o, kiln_model **m, kiln_context **c);
+/* 0 when the model has a tokenizer, else -1 after an error naming path. */
+int gen_require_tokenizer(const kiln_model *m, const char *path);
+
+/* Opens the model and a context from the options, printing errors; returns 0 or -1. With needs_text, a model
+ * without a tokenizer is refused before its context is made. */
+int gen_opts_open(const gen_opts *o, bool needs_text, kiln_model **m, kiln_context **c);
 
 /* Where a context runs ("the GPU (name)" or "the CPU, N threads") into buf. */
 const char *gen_opts_where(const kiln_context *c, char *buf, size_t size);

@@ -60,7 +60,7 @@ int kiln_gen_init(kiln_gen *g, const kiln_model *m, const kiln_generate_params *
     g->cb = cb;
     g->user = user;
     kiln_detok_init(&g->detok);
-    if (kiln_gen_check_fit(n_ctx, n_prompt, p->max_tokens, err) ||
+    if (kiln_model_need_tokenizer(m, err) || kiln_gen_check_fit(n_ctx, n_prompt, p->max_tokens, err) ||
         kiln_sampler_new(&p->sampling, m->cfg.n_vocab, &g->sampler, err) ||
         kiln_stop_scan_init(&g->scan, p->stop, p->n_stop, err))
         return -1;

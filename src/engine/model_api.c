@@ -33,25 +33,31 @@ const char *kiln_model_arch(const kiln_model *m) { return m->cfg.arch->name; }
 bool kiln_model_add_bos(const kiln_model *m) { return m->add_bos; }
 uint64_t kiln_model_bytes_per_token(const kiln_model *m) { return kiln_weights_bytes_per_token(&m->w); }
 
+bool kiln_model_has_tokenizer(const kiln_model *m) { return m->tok != NULL; }
+
 int kiln_tokenize_text(const kiln_model *m, const char *text, bool add_special, bool parse_special, int32_t *ids,
                        int max_ids, char *err, size_t err_size) {
     kiln_error e = {{0}};
-    int n = kiln_tokenize(m->tok, text, strlen(text), add_special, parse_special, ids, max_ids, &e);
+    int n = kiln_model_need_tokenizer(m, &e) ? -1
+                                             : kiln_tokenize(m->tok, text, strlen(text), add_special, parse_special, ids,
+                                                             max_ids, &e);
     if (n < 0) kiln_error_export(&e, err, err_size);
     return n;
 }
 
 const char *kiln_model_token_text(const kiln_model *m, int32_t id, size_t *len) {
-    if (id < 0 || id >= kiln_tokenizer_n_vocab(m->tok)) return NULL;
+    if (!m->tok || id < 0 || id >= kiln_tokenizer_n_vocab(m->tok)) return NULL;
     return kiln_token_bytes(m->tok, id, true, len);
 }
 
-bool kiln_model_is_eog(const kiln_model *m, int32_t id) { return kiln_token_is_eog(m->tok, id); }
+bool kiln_model_is_eog(const kiln_model *m, int32_t id) { return m->tok && kiln_token_is_eog(m->tok, id); }
 
 void kiln_free(void *p) { free(p); }
 
-/* The text of a special token for the template's bos_token/eos_token variables, or NULL. */
-static const char *special_text(const kiln_model *m, int32_t id) {
+/* The text of the BOS or EOS token for the template's bos_token/eos_token variables, or NULL. */
+static const char *special_text(const kiln_model *m, bool eos) {
+    if (!m->tok) return NULL;
+    int32_t id = eos ? kiln_token_eos(m->tok) : kiln_token_bos(m->tok);
     return id >= 0 && id < kiln_tokenizer_n_vocab(m->tok) ? kiln_token_piece(m->tok, id) : NULL;
 }
 
@@ -68,8 +74,8 @@ char *kiln_chat_render(const kiln_model *m, const kiln_message *messages, size_t
     for (size_t i = 0; i < n_messages; i++) msgs[i] = (kiln_chat_message){messages[i].role, messages[i].content};
     if (kiln_template_from_gguf(m->file, NULL, &t, NULL, &e)) goto done;
     kiln_chat_opts opts = {.add_generation_prompt = add_generation_prompt,
-                           .bos_token = special_text(m, kiln_token_bos(m->tok)),
-                           .eos_token = special_text(m, kiln_token_eos(m->tok))};
+                           .bos_token = special_text(m, false),
+                           .eos_token = special_text(m, true)};
     if (kiln_template_render(t, msgs, n_messages, &opts, &out, &e)) out = NULL;
 done:
     if (!out) kiln_error_export(&e, err, err_size);
@@ -79,7 +85,7 @@ done:
 }
 
 int kiln_tokenize_chat(const kiln_model *m, const char *text, int32_t *ids, int max_ids, char *err, size_t err_size) {
-    const char *bos = special_text(m, kiln_token_bos(m->tok));
+    const char *bos = special_text(m, false);
     bool has_bos = bos && bos[0] && !strncmp(text, bos, strlen(bos));
     return kiln_tokenize_text(m, text, !has_bos, true, ids, max_ids, err, err_size);
 }

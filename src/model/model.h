@@ -131,7 +131,7 @@ typedef struct kiln_model {
     kiln_gguf *file;
     kiln_config cfg;
     kiln_weights w;
-    kiln_tokenizer *tok;
+    kiln_tokenizer *tok; /* NULL for a file without one: it runs on token ids only */
     bool add_bos; /* tokenizer.ggml.add_bos_token (default: true for SentencePiece vocabularies) */
     /* The weights on the GPU: uploaded for the first executor that runs there, shared by the later ones, freed with
      * the last (engine/model_share.c) */
@@ -145,5 +145,7 @@ typedef struct kiln_model {
 /* Opens a GGUF file or safetensors folder and loads all of the above. */
 int kiln_model_load(const char *path, kiln_model **out, kiln_error *err);
 void kiln_model_free(kiln_model *m);
+/* 0 when the model has a tokenizer, else -1 and an error naming the file. */
+int kiln_model_need_tokenizer(const kiln_model *m, kiln_error *err);
 
 #endif

@@ -9,6 +9,7 @@ Weights are F32 (the reference path must match numpy to < 1e-4), then Q8_0, Q4_0
 again < 1e-4; the fast path within 5%, and < 1e-5 from numpy_llama's emulation of its rounding with an F32 KV cache:
 two layers are too few for float32-level differences to flip an 8-bit rounding, unlike the default model's 30).
 """
+import json
 import math
 import os
 import subprocess
@@ -68,9 +69,10 @@ def llama3_factors(base, dim, factor=8.0, low=1.0, high=4.0, orig=64.0):
     return np.array(out, dtype=np.float32)
 
 
-def write_model(path, arch, tok, qtype, rope_keys=False, rope_tensor=False):
+def write_model(path, arch, tok, qtype, rope_keys=False, rope_tensor=False, n_vocab=512):
+    """tok: tokenizer.* keys to copy; n_vocab counts the tokens where they list none."""
     rng = np.random.default_rng(7)
-    n_vocab = len(next(v for name, _, v in tok if name == "tokenizer.ggml.tokens"))
+    n_vocab = next((len(v) for name, _, v in tok if name == "tokenizer.ggml.tokens"), n_vocab)
     head_dim, base = N_EMBD // N_HEAD, 10000.0
     w = GGUFWriter(str(path), arch)
     w.add_block_count(N_LAYER)
@@ -164,3 +166,19 @@ def test_tiny_model_matches_numpy(tokenizer, tmp_path, arch, rope):
         # the fast path: 8-bit activations; a batch (multi-token kernels) and token-by-token steps
         assert rel(kiln_logits(q, TOKENS, tmp_path), got_ref) < 0.05
         assert rel(kiln_logits(q, TOKENS, tmp_path, "-b", "1"), got_ref) < 0.05
+
+
+@pytest.mark.parametrize("marker", [None, "none"])
+def test_a_file_without_tokenizer_runs_on_token_ids(tmp_path, marker):
+    """No tokenizer.ggml.model (or "none", as llama.cpp marks it): bench runs the weights; text commands refuse."""
+    path = tmp_path / "no-vocab.gguf"
+    write_model(path, "llama", [] if marker is None else [("tokenizer.ggml.model", GGUFValueType.STRING, marker)],
+                GGMLQuantizationType.Q4_0)
+    r = subprocess.run([KILN, "bench", "-m", str(path), "-p", "8", "-n", "4", "-r", "1", "-t", "1", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tg_tok_s"] > 0
+    for cmd in (["run", "-p", "hello"], ["run", "--token-ids", "1,2,3"], ["chat"], ["perplexity", "-f", __file__],
+                ["serve", "--port", "0"]):
+        r = subprocess.run([KILN, *cmd, "-m", str(path)], capture_output=True, text=True, input="", timeout=60)
+        assert r.returncode != 0 and "has no tokenizer" in r.stderr, (cmd, r.stderr)
