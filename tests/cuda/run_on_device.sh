@@ -6,7 +6,7 @@
 # Usage: tests/cuda/run_on_device.sh OUT_DIR [kernels] [memcheck] [racecheck] [memcheck-model] [initcheck-model] [gemv]
 #        [attention] [launch] [ncu] [batch-ncu]
 #        [model] [synth] [kiln] [debug] [default] [decode MODEL...] [batch] [memcheck-batch] [batch-bench MODEL...]
-#        [batch-profile MODEL...] [price MODEL...] [carveout MODEL...]
+#        [batch-profile MODEL...] [price MODEL...] [carveout MODEL...] [kiln-bench MODEL...]
 # (synth writes /tmp/qwen2-1.5b.gguf and /tmp/llama3-8b.gguf; default needs the default model's first part already
 # at /root/kiln-m/a from an earlier call on the same machine and its rest in .devrun/models/default.b: too big for
 # one call's carry)
@@ -117,6 +117,10 @@ while [ $# -gt 0 ]; do
                 KILN_CUDA_CARVEOUT=$c run "$bin/bench_cuda_decode" "$1" 512 128
                 KILN_CUDA_CARVEOUT=$c run "$bin/bench_cuda_batch" "$1" 128 64 1 64
             done; shift
+        done; continue ;;
+    kiln-bench) # kiln bench on the GPU over files as they are (the synth stage's have no tokenizer)
+        shift; while [ $# -gt 0 ] && [ -e "$1" ]; do
+            run "$bin/kiln" bench -m "$1" --device cuda -p 512 -n 128 -r 2; shift
         done; continue ;;
     batch-bench) shift; while [ $# -gt 0 ] && [ -e "$1" ]; do run "$bin/bench_cuda_batch" "$1"; shift; done; continue ;;
     batch-profile) # the batched step's per-op times (eager) at one and two sequences
