@@ -186,9 +186,9 @@ __device__ void stream_layers(const kiln_cuda_decode_args &a, ring rg) {
 
 enum gemv_out { STORE, ACCUMULATE, SWIGLU };
 
-/* The compute warps' share of one matrix: tile after tile from the ring, warp w taking the block's rows r0 + w,
- * r0 + w + PS_WARPS, ... as their tiles come. y[row] = dot, += dot, or silu(gate dot) * (up dot). */
-template <class F, bool PAIR>
+/* The compute warps' share of one matrix: tile after tile from the ring, warp w of WARPS taking the block's rows
+ * r0 + w, r0 + w + WARPS, ... as their tiles come. y[row] = dot, += dot, or silu(gate dot) * (up dot). */
+template <class F, bool PAIR, int WARPS = PS_WARPS>
 __device__ __forceinline__ ring gemv_tiles_t(ring rg, const kiln_cuda_matrix &m, const int8_t *xs, float *y,
                                              gemv_out out) {
     tiling t = tiling_of(m, PAIR);
@@ -201,7 +201,7 @@ __device__ __forceinline__ ring gemv_tiles_t(ring rg, const kiln_cuda_matrix &m,
         mbar_wait(rg.full + s, rg.round & 1);
         const uint8_t *base = rg.slots + (size_t)s * PS_SLOT_BYTES;
         qtensor w = {base, g1 - g0}, u = {base + (g1 - g0) * F::block_bytes, g1 - g0};
-        for (int r = ra + ((warp - (ra - t.r0)) % PS_WARPS + PS_WARPS) % PS_WARPS; r < rb; r += PS_WARPS) {
+        for (int r = ra + ((warp - (ra - t.r0)) % WARPS + WARPS) % WARPS; r < rb; r += WARPS) {
             int64_t gr = (int64_t)r * t.per_row - g0;
             float a = 0.0f, b = 0.0f;
 #pragma unroll PAIR ? 1 : 2
@@ -377,7 +377,8 @@ __global__ void __launch_bounds__(PS_THREADS, 1) decode_layers_kernel(kiln_cuda_
 #endif
 }
 
-static size_t vector_bytes(int n) { return (size_t)n + (size_t)n / 8; } /* Q8_1 of n values */
+/* Q8_1 of n values */
+__host__ __device__ static inline size_t vector_bytes(int n) { return (size_t)n + (size_t)n / 8; }
 
 /* A quantized matrix whose tiles the copy engine can move: 16-byte aligned, a multiple of PS_ALIGN blocks, a row
  * (twice, for the gate/up pair) fitting a slot, and an input vector a compute block can quantize. */
@@ -441,6 +442,86 @@ extern "C" int kiln_cuda_decode_layers(const kiln_cuda_decode_args *a, cudaStrea
     case 64: return launch<64>(a, stream);
     case 128: return launch<128>(a, stream);
     case 256: return launch<256>(a, stream);
+    default: return -1;
+    }
+}
+
+/* The persistent step's GEMV stage alone: a block an SM, its copy warp streaming the block's rows of each matrix
+ * in turn through the ring, WARPS compute warps multiplying them by a Q8_1 vector held in shared memory. It times
+ * how near the copy rate the compute warps of one block an SM decode what the copy warp brings, the piece a
+ * persistent step would stand on (session 12's step failed there with 8 warps). Q4_K and Q6_K only. */
+template <class F, int WARPS>
+__device__ void stream_products(ring rg, const kiln_cuda_stream_args &a, const int8_t *xs) {
+    for (int r = 0; r < a.repeats; r++) rg = gemv_tiles_t<F, false, WARPS>(rg, a.m[r % a.n_mats], xs, a.y, STORE);
+}
+
+template <int WARPS>
+__global__ void __launch_bounds__(32 * (WARPS + 1), 1) stream_gemv_kernel(kiln_cuda_stream_args a, int n_slots) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint64_t *full = (uint64_t *)smem, *empty = full + PS_MAX_SLOTS;
+    uint8_t *slots = smem + PS_HEADER;
+    int8_t *xs = (int8_t *)(slots + (size_t)n_slots * PS_SLOT_BYTES);
+    int k = a.m[0].k, words = (int)(vector_bytes(k) / 4);
+    for (int i = threadIdx.x; i < words; i += blockDim.x) ((int *)xs)[i] = ((const int *)a.xq)[i];
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < n_slots; s++) mbar_init(full + s, 1), mbar_init(empty + s, WARPS);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    ring rg = {slots, full, empty, n_slots, 0, 0};
+    if (threadIdx.x >= 32 * WARPS) {
+        if (threadIdx.x == 32 * WARPS)
+            for (int r = 0; r < a.repeats; r++) rg = stream_matrix(rg, a.m[r % a.n_mats], nullptr);
+        return;
+    }
+    if (a.m[0].type == KILN_TYPE_Q4_K) stream_products<q4_K_t, WARPS>(rg, a, xs);
+    else stream_products<q6_K_t, WARPS>(rg, a, xs);
+#endif
+}
+
+static int stream_slots(const void *kernel, size_t fixed, size_t *smem) {
+    int dev = 0, optin = 0;
+    cudaFuncAttributes fa;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
+        return 0;
+    int n_slots = (int)(((int64_t)optin - (int64_t)fa.sharedSizeBytes - (int64_t)fixed) / PS_SLOT_BYTES);
+    if (n_slots > PS_MAX_SLOTS) n_slots = PS_MAX_SLOTS;
+    *smem = fixed + (size_t)(n_slots > 0 ? n_slots : 0) * PS_SLOT_BYTES;
+    return n_slots;
+}
+
+template <int WARPS>
+static int launch_stream(const kiln_cuda_stream_args *a, cudaStream_t stream) {
+    auto kernel = stream_gemv_kernel<WARPS>;
+    int dev = 0, sms = 0;
+    size_t smem = 0;
+    int n_slots = stream_slots((const void *)kernel, PS_HEADER + (vector_bytes(a->m[0].k) + 15) / 16 * 16, &smem);
+    if (n_slots < 2 || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return -1;
+    kernel<<<sms, 32 * (WARPS + 1), smem, stream>>>(*a, n_slots);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int kiln_cuda_stream_gemv(const kiln_cuda_stream_args *a, int warps, cudaStream_t stream) {
+    int dev = 0, major = 0;
+    if (a->n_mats < 1 || a->n_mats > KILN_CUDA_STREAM_MATS || a->repeats < 1 || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
+        return -1;
+    for (int i = 0; i < a->n_mats; i++) {
+        const kiln_cuda_matrix *m = &a->m[i];
+        if ((m->type != KILN_TYPE_Q4_K && m->type != KILN_TYPE_Q6_K) || !matrix_ok(m, false) ||
+            m->type != a->m[0].type || m->k != a->m[0].k || m->n != a->m[0].n)
+            return -1;
+    }
+    switch (warps) {
+    case 4: return launch_stream<4>(a, stream);
+    case 8: return launch_stream<8>(a, stream);
+    case 16: return launch_stream<16>(a, stream);
     default: return -1;
     }
 }

@@ -231,6 +231,19 @@ bool kiln_cuda_decode_layers_supported(const kiln_cuda_decode_layer *layers, int
 
 int kiln_cuda_decode_layers(const kiln_cuda_decode_args *a, cudaStream_t stream);
 
+/* The persistent step's GEMV stage alone, for timing (bench_cuda_gemv's streamed rows): one block an SM streams
+ * its rows of m[r % n_mats] for r < repeats through shared memory (a copy warp, cp.async.bulk) and `warps` compute
+ * warps (4, 8 or 16) write y = m xq (xq: Q8_1), so y ends as the last matrix's product. Q4_K or Q6_K matrices of
+ * one shape that kiln_cuda_decode_layers could stream; Hopper. -1 where it cannot run. */
+#define KILN_CUDA_STREAM_MATS 8
+typedef struct kiln_cuda_stream_args {
+    kiln_cuda_matrix m[KILN_CUDA_STREAM_MATS];
+    int n_mats, repeats;
+    const void *xq;
+    float *y;
+} kiln_cuda_stream_args;
+int kiln_cuda_stream_gemv(const kiln_cuda_stream_args *a, int warps, cudaStream_t stream);
+
 /* d_out[0] = index of the largest of x[0..n) (the lowest index among equals). scratch: device memory of
  * kiln_cuda_argmax_scratch_bytes(n) bytes. d_advance, when not NULL, is incremented by the thread that writes the
  * id: the position of a captured greedy step, which every earlier kernel of the step has finished reading (one

@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
         run compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_model" ;;
     attention) run "$bin/bench_cuda_attention" ;;
     launch) run "$bin/bench_cuda_launch" 256 ;;
-    gemv) run "$bin/bench_cuda_gemv" 4096 14336; run "$bin/bench_cuda_gemv" 14336 4096 ;;
+    gemv) run "$bin/bench_cuda_gemv" 4096 14336; run "$bin/bench_cuda_gemv" 14336 4096; run "$bin/bench_cuda_gemv" 1536 8960 ;;
     ncu) # hardware counters of a Q4_K GEMV from the bench (the Q4_K one: 8 quantized runs of 68 calls come first)
         ncu --kernel-name regex:gemv_q_kernel --launch-skip 550 --launch-count 1 --section SpeedOfLight \
             --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \

@@ -960,6 +960,48 @@ static void test_carveout(void **state) {
     unsetenv("KILN_CUDA_CARVEOUT");
 }
 
+/* The persistent step's GEMV stage alone (kiln_cuda_stream_gemv, timed by bench_cuda_gemv) against the plain GEMV on
+ * the same Q8_1 vector: only the order of the sums differs. Two matrices streamed in turn, three times over, so
+ * the ring wraps and y holds the first's product again; rows of 6 and 16 blocks. Hopper only. */
+static void check_stream_gemv(kiln_type type, int k, int n, int warps) {
+    float *deq0, *deq1, *x = malloc(sizeof(float) * k), *y = malloc(sizeof(float) * n);
+    float *want = malloc(sizeof(float) * n);
+    uint8_t *w0 = random_rows(type, k, n, &deq0), *w1 = random_rows(type, k, n, &deq1);
+    size_t rb = kiln_row_size(type, k);
+    rng_fill(x, k, 1.0f);
+    float *dx = gpu_upload(x, sizeof(float) * k), *dy = gpu_alloc(sizeof(float) * n);
+    float *dwant = gpu_alloc(sizeof(float) * n);
+    void *dq = gpu_alloc(Q8_1_BYTES(k));
+    kiln_cuda_quantize_q8_1(dx, dq, k, 1, 0);
+    kiln_cuda_stream_args a = {.n_mats = 2, .repeats = 5, .xq = dq, .y = dy};
+    a.m[0] = (kiln_cuda_matrix){upload_matrix(type, w0, k, n), type, k, n, rb};
+    a.m[1] = (kiln_cuda_matrix){upload_matrix(type, w1, k, n), type, k, n, rb};
+    assert_int_equal(kiln_cuda_gemv(&a.m[0], dq, dx, dwant, false, 0), 0);
+    int rc = kiln_cuda_stream_gemv(&a, warps, 0);
+    CUDA_SYNC();
+    if (rc) {
+        fprintf(stderr, "stream gemv: does not run on this GPU (it needs compute capability 9.0), skipped\n");
+    } else {
+        CUDA_OK(cudaMemcpy(y, dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(want, dwant, sizeof(float) * n, cudaMemcpyDeviceToHost));
+        double e = rel_err_f(y, want, n);
+        fprintf(stderr, "stream gemv %s k %d n %d, %d warps: rel err %.2e against the plain GEMV\n",
+                kiln_type_name(type), k, n, warps, e);
+        assert_true(e < 1e-5);
+    }
+    free(deq0), free(deq1), free(w0), free(w1), free(x), free(y), free(want);
+    gpu_free_all();
+}
+
+static void test_stream_gemv(void **state) {
+    SKIP_WITHOUT_GPU();
+    const int warps[] = {4, 8, 16};
+    for (int i = 0; i < 3; i++) {
+        check_stream_gemv(KILN_TYPE_Q4_K, 1536, 4004, warps[i]); /* 6 blocks a row, 4004 rows: 24,024 blocks */
+        check_stream_gemv(KILN_TYPE_Q6_K, 4096, 1000, warps[i]);
+    }
+}
+
 #define TYPE_TEST(t) cmocka_unit_test_prestate(test_type, (void *)(intptr_t)(t))
 
 int main(void) {
@@ -981,6 +1023,7 @@ int main(void) {
         cmocka_unit_test(test_top_k),
         cmocka_unit_test(test_top_k_draw),
         cmocka_unit_test(test_carveout),
+        cmocka_unit_test(test_stream_gemv),
     };
     const char *only = getenv("KILN_TEST_FILTER"); /* a device call short of time runs the tests it is about */
     if (only && *only) cmocka_set_test_filter(only);
