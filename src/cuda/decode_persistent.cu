@@ -136,6 +136,19 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
                      : "memory");
 }
 
+/* The ring in a block's shared memory: the header (PS_MAX_SLOTS "full" then "empty" mbarriers, then the caller's
+ * scratch), then n_slots slots, then the caller's; the mbarriers set for `warps` compute warps. Every thread of the
+ * block calls it (a block barrier). */
+__device__ ring ring_start(uint8_t *smem, int n_slots, int warps) {
+    uint64_t *full = (uint64_t *)smem, *empty = full + PS_MAX_SLOTS;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < n_slots; s++) mbar_init(full + s, 1), mbar_init(empty + s, (unsigned)warps);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    return ring{smem + PS_HEADER, full, empty, n_slots, 0, 0};
+}
+
 __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
@@ -316,16 +329,9 @@ template <int HD>
 __global__ void __launch_bounds__(PS_THREADS, 1) decode_layers_kernel(kiln_cuda_decode_args a, int n_slots) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem[];
-    uint64_t *full = (uint64_t *)smem, *empty = full + PS_MAX_SLOTS;
-    float *partial = (float *)(empty + PS_MAX_SLOTS);
-    uint8_t *slots = smem + PS_HEADER;
-    int8_t *xs = (int8_t *)(slots + (size_t)n_slots * PS_SLOT_BYTES);
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < n_slots; s++) mbar_init(full + s, 1), mbar_init(empty + s, PS_WARPS);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    ring rg = {slots, full, empty, n_slots, 0, 0};
+    float *partial = (float *)(smem + 2 * PS_MAX_SLOTS * sizeof(uint64_t));
+    int8_t *xs = (int8_t *)(smem + PS_HEADER + (size_t)n_slots * PS_SLOT_BYTES);
+    ring rg = ring_start(smem, n_slots, PS_WARPS);
     if (threadIdx.x >= 32 * PS_WARPS) {
         if (threadIdx.x == 32 * PS_WARPS) stream_layers(a, rg);
         return;
@@ -410,24 +416,33 @@ extern "C" bool kiln_cuda_decode_layers_supported(const kiln_cuda_decode_layer *
     return true;
 }
 
+/* Slots that fit the kernel's shared memory beside the header and a Q8_1 vector of `widest` values, at most
+ * PS_MAX_SLOTS, and the dynamic shared memory that makes (*smem); 0 where the runtime cannot say. */
+static int ring_slots(const void *kernel, int widest, size_t *smem) {
+    size_t fixed = PS_HEADER + (vector_bytes(widest) + 15) / 16 * 16;
+    int dev = 0, optin = 0;
+    cudaFuncAttributes fa;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
+        return 0;
+    int n_slots = (int)(((int64_t)optin - (int64_t)fa.sharedSizeBytes - (int64_t)fixed) / PS_SLOT_BYTES);
+    if (n_slots > PS_MAX_SLOTS) n_slots = PS_MAX_SLOTS;
+    *smem = fixed + (size_t)(n_slots > 0 ? n_slots : 0) * PS_SLOT_BYTES;
+    return n_slots;
+}
+
 template <int HD>
 static int launch(const kiln_cuda_decode_args *a, cudaStream_t stream) {
     auto kernel = decode_layers_kernel<HD>;
     int widest = a->n_embd > a->n_ff ? a->n_embd : a->n_ff;
     if (a->rope.n_head * HD > widest) widest = a->rope.n_head * HD;
-    size_t fixed = PS_HEADER + (vector_bytes(widest) + 15) / 16 * 16;
-    int dev = 0, sms = 0, optin = 0;
-    cudaFuncAttributes fa;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
+    size_t smem = 0;
+    int dev = 0, sms = 0, n_slots = ring_slots((const void *)kernel, widest, &smem);
+    if (n_slots < 2 || cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return -1;
-    int n_slots = (int)(((int64_t)optin - (int64_t)fa.sharedSizeBytes - (int64_t)fixed) / PS_SLOT_BYTES);
-    if (n_slots > PS_MAX_SLOTS) n_slots = PS_MAX_SLOTS;
-    if (n_slots < 2) return -1;
-    size_t smem = fixed + (size_t)n_slots * PS_SLOT_BYTES;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) return -1;
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeCooperative;
     attr.val.cooperative = 1;
@@ -459,17 +474,10 @@ template <int WARPS>
 __global__ void __launch_bounds__(32 * (WARPS + 1), 1) stream_gemv_kernel(kiln_cuda_stream_args a, int n_slots) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem[];
-    uint64_t *full = (uint64_t *)smem, *empty = full + PS_MAX_SLOTS;
-    uint8_t *slots = smem + PS_HEADER;
-    int8_t *xs = (int8_t *)(slots + (size_t)n_slots * PS_SLOT_BYTES);
-    int k = a.m[0].k, words = (int)(vector_bytes(k) / 4);
+    int8_t *xs = (int8_t *)(smem + PS_HEADER + (size_t)n_slots * PS_SLOT_BYTES);
+    int words = (int)(vector_bytes(a.m[0].k) / 4);
     for (int i = threadIdx.x; i < words; i += blockDim.x) ((int *)xs)[i] = ((const int *)a.xq)[i];
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < n_slots; s++) mbar_init(full + s, 1), mbar_init(empty + s, WARPS);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    ring rg = {slots, full, empty, n_slots, 0, 0};
+    ring rg = ring_start(smem, n_slots, WARPS); /* its block barrier also publishes xs */
     if (threadIdx.x >= 32 * WARPS) {
         if (threadIdx.x == 32 * WARPS)
             for (int r = 0; r < a.repeats; r++) rg = stream_matrix(rg, a.m[r % a.n_mats], nullptr);
@@ -480,25 +488,12 @@ __global__ void __launch_bounds__(32 * (WARPS + 1), 1) stream_gemv_kernel(kiln_c
 #endif
 }
 
-static int stream_slots(const void *kernel, size_t fixed, size_t *smem) {
-    int dev = 0, optin = 0;
-    cudaFuncAttributes fa;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
-        return 0;
-    int n_slots = (int)(((int64_t)optin - (int64_t)fa.sharedSizeBytes - (int64_t)fixed) / PS_SLOT_BYTES);
-    if (n_slots > PS_MAX_SLOTS) n_slots = PS_MAX_SLOTS;
-    *smem = fixed + (size_t)(n_slots > 0 ? n_slots : 0) * PS_SLOT_BYTES;
-    return n_slots;
-}
-
 template <int WARPS>
 static int launch_stream(const kiln_cuda_stream_args *a, cudaStream_t stream) {
     auto kernel = stream_gemv_kernel<WARPS>;
     int dev = 0, sms = 0;
     size_t smem = 0;
-    int n_slots = stream_slots((const void *)kernel, PS_HEADER + (vector_bytes(a->m[0].k) + 15) / 16 * 16, &smem);
+    int n_slots = ring_slots((const void *)kernel, a->m[0].k, &smem);
     if (n_slots < 2 || cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
