@@ -29,18 +29,25 @@ static int check(cudaError_t e, const char *what) {
     return -1;
 }
 
+/* N_COPIES device copies of the same size random bytes in w (NULL where none was made). */
+static int upload_copies(size_t size, void *w[N_COPIES]) {
+    unsigned char *host = malloc(size);
+    int rc = 0;
+    for (size_t i = 0; i < size; i++) host[i] = (unsigned char)(rand() >> 7);
+    for (int c = 0; c < N_COPIES && !rc; c++)
+        if (!(rc = check(cudaMalloc(&w[c], size), "cudaMalloc weights")))
+            cudaMemcpy(w[c], host, size, cudaMemcpyHostToDevice);
+    free(host);
+    return rc;
+}
+
 /* Median microseconds of one GEMV over rotating copies of an n x k matrix of the type. */
 static int bench_type(kiln_type type, int k, int n, bool swiglu, double *us, double *bytes) {
     size_t rb = kiln_row_size(type, k), size = rb * n;
     void *w[N_COPIES] = {0}, *xq = NULL;
     float *x = NULL, *y = NULL, times[N_CALLS];
     int rc = -1;
-    unsigned char *host = malloc(size);
-    for (size_t i = 0; i < size; i++) host[i] = (unsigned char)(rand() >> 7);
-    for (int c = 0; c < N_COPIES; c++) {
-        if (check(cudaMalloc(&w[c], size), "cudaMalloc weights")) goto done;
-        cudaMemcpy(w[c], host, size, cudaMemcpyHostToDevice);
-    }
+    if (upload_copies(size, w)) goto done;
     if (check(cudaMalloc((void **)&x, sizeof(float) * k), "cudaMalloc x") ||
         check(cudaMalloc(&xq, (size_t)k / 32 * 36), "cudaMalloc xq") ||
         check(cudaMalloc((void **)&y, sizeof(float) * n), "cudaMalloc y"))
@@ -69,7 +76,7 @@ static int bench_type(kiln_type type, int k, int n, bool swiglu, double *us, dou
     rc = check(cudaGetLastError(), "launch");
 done:
     for (int c = 0; c < N_COPIES; c++) cudaFree(w[c]);
-    cudaFree(x), cudaFree(xq), cudaFree(y), free(host);
+    cudaFree(x), cudaFree(xq), cudaFree(y);
     return rc;
 }
 
@@ -79,16 +86,11 @@ done:
 static int bench_stream(kiln_type type, int k, int n, int warps, double *us, double *bytes) {
     size_t rb = kiln_row_size(type, k), size = rb * n;
     kiln_cuda_stream_args a = {.n_mats = N_COPIES, .repeats = N_COPIES * STREAM_ROUNDS};
+    void *w[N_COPIES] = {0};
     float times[STREAM_LAUNCHES];
     int rc = -1;
-    unsigned char *host = malloc(size);
-    for (size_t i = 0; i < size; i++) host[i] = (unsigned char)(rand() >> 7);
-    for (int c = 0; c < N_COPIES; c++) {
-        void *w = NULL;
-        if (check(cudaMalloc(&w, size), "cudaMalloc weights")) goto done;
-        cudaMemcpy(w, host, size, cudaMemcpyHostToDevice);
-        a.m[c] = (kiln_cuda_matrix){w, type, k, n, rb};
-    }
+    if (upload_copies(size, w)) goto done;
+    for (int c = 0; c < N_COPIES; c++) a.m[c] = (kiln_cuda_matrix){w[c], type, k, n, rb};
     if (check(cudaMalloc((void **)&a.y, sizeof(float) * n), "cudaMalloc y") ||
         check(cudaMalloc((void **)&a.xq, (size_t)k / 32 * 36), "cudaMalloc xq") ||
         check(cudaMemset((void *)a.xq, 0, (size_t)k / 32 * 36), "cudaMemset xq"))
@@ -111,8 +113,8 @@ static int bench_stream(kiln_type type, int k, int n, int warps, double *us, dou
     *bytes = (double)size * a.repeats;
     rc = 0;
 done:
-    for (int c = 0; c < N_COPIES; c++) cudaFree((void *)a.m[c].data);
-    cudaFree(a.y), cudaFree((void *)a.xq), free(host);
+    for (int c = 0; c < N_COPIES; c++) cudaFree(w[c]);
+    cudaFree(a.y), cudaFree((void *)a.xq);
     return rc;
 }
 

@@ -329,9 +329,9 @@ template <int HD>
 __global__ void __launch_bounds__(PS_THREADS, 1) decode_layers_kernel(kiln_cuda_decode_args a, int n_slots) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem[];
-    float *partial = (float *)(smem + 2 * PS_MAX_SLOTS * sizeof(uint64_t));
     int8_t *xs = (int8_t *)(smem + PS_HEADER + (size_t)n_slots * PS_SLOT_BYTES);
     ring rg = ring_start(smem, n_slots, PS_WARPS);
+    float *partial = (float *)(rg.empty + PS_MAX_SLOTS);
     if (threadIdx.x >= 32 * PS_WARPS) {
         if (threadIdx.x == 32 * PS_WARPS) stream_layers(a, rg);
         return;
@@ -416,20 +416,24 @@ extern "C" bool kiln_cuda_decode_layers_supported(const kiln_cuda_decode_layer *
     return true;
 }
 
-/* Slots that fit the kernel's shared memory beside the header and a Q8_1 vector of `widest` values, at most
- * PS_MAX_SLOTS, and the dynamic shared memory that makes (*smem); 0 where the runtime cannot say. */
-static int ring_slots(const void *kernel, int widest, size_t *smem) {
+/* A launch of a kernel holding the ring: as many slots as fit its shared memory beside the header and a Q8_1
+ * vector of `widest` values (at most PS_MAX_SLOTS, at least 2), the dynamic shared memory that takes, allowed, and
+ * the SMs (one block each). -1 where the runtime cannot say or the slots do not fit. */
+static int ring_launch_config(const void *kernel, int widest, int *n_slots, size_t *smem, int *sms) {
     size_t fixed = PS_HEADER + (vector_bytes(widest) + 15) / 16 * 16;
     int dev = 0, optin = 0;
     cudaFuncAttributes fa;
     if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
         cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
-        return 0;
-    int n_slots = (int)(((int64_t)optin - (int64_t)fa.sharedSizeBytes - (int64_t)fixed) / PS_SLOT_BYTES);
-    if (n_slots > PS_MAX_SLOTS) n_slots = PS_MAX_SLOTS;
-    *smem = fixed + (size_t)(n_slots > 0 ? n_slots : 0) * PS_SLOT_BYTES;
-    return n_slots;
+        return -1;
+    *n_slots = (int)(((int64_t)optin - (int64_t)fa.sharedSizeBytes - (int64_t)fixed) / PS_SLOT_BYTES);
+    if (*n_slots > PS_MAX_SLOTS) *n_slots = PS_MAX_SLOTS;
+    if (*n_slots < 2) return -1;
+    *smem = fixed + (size_t)*n_slots * PS_SLOT_BYTES;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
+    return e == cudaSuccess ? 0 : -1;
 }
 
 template <int HD>
@@ -438,11 +442,8 @@ static int launch(const kiln_cuda_decode_args *a, cudaStream_t stream) {
     int widest = a->n_embd > a->n_ff ? a->n_embd : a->n_ff;
     if (a->rope.n_head * HD > widest) widest = a->rope.n_head * HD;
     size_t smem = 0;
-    int dev = 0, sms = 0, n_slots = ring_slots((const void *)kernel, widest, &smem);
-    if (n_slots < 2 || cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-        return -1;
+    int n_slots = 0, sms = 0;
+    if (ring_launch_config((const void *)kernel, widest, &n_slots, &smem, &sms)) return -1;
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeCooperative;
     attr.val.cooperative = 1;
@@ -491,13 +492,9 @@ __global__ void __launch_bounds__(32 * (WARPS + 1), 1) stream_gemv_kernel(kiln_c
 template <int WARPS>
 static int launch_stream(const kiln_cuda_stream_args *a, cudaStream_t stream) {
     auto kernel = stream_gemv_kernel<WARPS>;
-    int dev = 0, sms = 0;
     size_t smem = 0;
-    int n_slots = ring_slots((const void *)kernel, a->m[0].k, &smem);
-    if (n_slots < 2 || cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-        return -1;
+    int n_slots = 0, sms = 0;
+    if (ring_launch_config((const void *)kernel, a->m[0].k, &n_slots, &smem, &sms)) return -1;
     kernel<<<sms, 32 * (WARPS + 1), smem, stream>>>(*a, n_slots);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }

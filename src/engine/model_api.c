@@ -38,9 +38,9 @@ bool kiln_model_has_tokenizer(const kiln_model *m) { return m->tok != NULL; }
 int kiln_tokenize_text(const kiln_model *m, const char *text, bool add_special, bool parse_special, int32_t *ids,
                        int max_ids, char *err, size_t err_size) {
     kiln_error e = {{0}};
-    int n = kiln_model_need_tokenizer(m, &e) ? -1
-                                             : kiln_tokenize(m->tok, text, strlen(text), add_special, parse_special, ids,
-                                                             max_ids, &e);
+    int n = -1;
+    if (!kiln_model_need_tokenizer(m, &e))
+        n = kiln_tokenize(m->tok, text, strlen(text), add_special, parse_special, ids, max_ids, &e);
     if (n < 0) kiln_error_export(&e, err, err_size);
     return n;
 }

@@ -41,6 +41,6 @@ void kiln_model_free(kiln_model *m) {
 
 int kiln_model_need_tokenizer(const kiln_model *m, kiln_error *err) {
     if (m->tok) return 0;
-    return kiln_fail(err, "%s has no tokenizer (tokenizer.ggml.model absent or \"none\"): no text in or out; kiln bench runs it",
-                     m->file->path);
+    return kiln_fail(err, "%s has no tokenizer (tokenizer.ggml.model absent or \"none\"): no text in or out; "
+                          "kiln bench runs it", m->file->path);
 }
