@@ -40,8 +40,8 @@ void kiln_model_close(kiln_model *m);
 int kiln_model_n_vocab(const kiln_model *m);
 int kiln_model_n_ctx_train(const kiln_model *m);
 const char *kiln_model_arch(const kiln_model *m);
-/* False for a file without a tokenizer (tokenizer.ggml.model absent or "none"): it evaluates token ids (kiln_eval), and
- * tokenizing or generating text fails with an error saying so. */
+/* False for a model without a tokenizer (a GGUF whose tokenizer.ggml.model is absent or "none", a safetensors folder
+ * without tokenizer.json): it evaluates token ids (kiln_eval), and tokenizing or generating text fails saying so. */
 bool kiln_model_has_tokenizer(const kiln_model *m);
 /* Whether prompts start with BOS (tokenizer.ggml.add_bos_token). */
 bool kiln_model_add_bos(const kiln_model *m);

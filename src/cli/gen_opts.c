@@ -139,8 +139,8 @@ void gen_opts_usage(FILE *out, int with_sampling) {
 
 int gen_require_tokenizer(const kiln_model *m, const char *path) {
     if (kiln_model_has_tokenizer(m)) return 0;
-    fprintf(stderr, "error: %s has no tokenizer (tokenizer.ggml.model absent or \"none\"): this command needs "
-                    "one; kiln bench runs such a file\n", path);
+    fprintf(stderr, "error: %s has no tokenizer (a GGUF without tokenizer.ggml.model, or a folder without "
+                    "tokenizer.json): this command needs one; kiln bench runs such a model\n", path);
     return -1;
 }
 

@@ -75,7 +75,7 @@ static int load_tokenizer(st_ctx *c, kiln_error *err) {
     char *tok = NULL, *tcfg = NULL, *tmpl = NULL;
     size_t tok_len = 0, tcfg_len = 0, tmpl_len = 0;
     int rc = read_text(c->dir, "tokenizer.json", &tok, &tok_len, err);
-    if (rc == 1) rc = kiln_fail(err, "no tokenizer.json in the folder");
+    if (rc == 1) return 0; /* weights only: the model loads without a tokenizer */
     if (rc == 0 && read_text(c->dir, "tokenizer_config.json", &tcfg, &tcfg_len, err) < 0) rc = -1;
     if (rc == 0 && read_text(c->dir, "chat_template.jinja", &tmpl, &tmpl_len, err) < 0) rc = -1;
     if (rc == 0) rc = kiln_hf_tokenizer_parse(tok, tok_len, tcfg, tcfg_len, tmpl, &c->cfg, &c->m, err);

@@ -14,7 +14,8 @@
  *  - Llama-3 rope scaling (rope_scaling.rope_type "llama3") becomes a rope_freqs.weight F32 tensor of head_dim/2
  *    per-frequency divisors, as llama.cpp's converter writes it; "linear" and "yarn" become rope.scaling.* keys.
  *  - config.json becomes <arch>.* keys and tokenizer.json/tokenizer_config.json become tokenizer.ggml.* keys and
- *    tokenizer.chat_template (rules in hf_config.c and hf_tokenizer.c).
+ *    tokenizer.chat_template (rules in hf_config.c and hf_tokenizer.c). A folder without tokenizer.json gives no
+ *    tokenizer.* keys: the model loads with no tokenizer, as a GGUF without tokenizer.ggml.model does.
  * The container has version 0; kiln_gguf_close() releases it like any other. */
 #ifndef KILN_FORMAT_SAFETENSORS_H
 #define KILN_FORMAT_SAFETENSORS_H

@@ -1,6 +1,7 @@
-/* A model: the mapped container, its description and its tokenizer, loaded together. A file without a tokenizer
- * (tokenizer.ggml.model absent or "none", as in files made only to time or test the weights) loads with none: it
- * runs on token ids (kiln bench), and everything that needs text says the tokenizer is missing. */
+/* A model: the mapped container, its description and its tokenizer, loaded together. A model without a tokenizer
+ * (tokenizer.ggml.model absent or "none", as in files made only to time or test the weights, or a safetensors folder
+ * without tokenizer.json) loads with none: it runs on token ids (kiln bench), and everything that needs text says
+ * the tokenizer is missing. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,6 @@ void kiln_model_free(kiln_model *m) {
 
 int kiln_model_need_tokenizer(const kiln_model *m, kiln_error *err) {
     if (m->tok) return 0;
-    return kiln_fail(err, "%s has no tokenizer (tokenizer.ggml.model absent or \"none\"): no text in or out; "
-                          "kiln bench runs it", m->file->path);
+    return kiln_fail(err, "%s has no tokenizer (a GGUF without tokenizer.ggml.model, or a folder without "
+                          "tokenizer.json): no text in or out; kiln bench runs it", m->file->path);
 }

@@ -257,3 +257,20 @@ def test_broken_folders(kiln_bin, tmp_path):
                  tiny_qwen2(rng))
     r = run(kiln_bin, "inspect", str(d))
     assert r.returncode == 1 and "gemma" in r.stderr
+
+
+def test_folder_without_tokenizer_runs_on_token_ids(kiln_bin, tmp_path):
+    """No tokenizer.json: the weights load (bench, inspect, quantize), text commands name what is missing."""
+    d = tmp_path / "weights-only"
+    write_folder(d, QWEN_CONFIG, QWEN_TOKENIZER, tiny_qwen2(np.random.default_rng(3)))
+    os.remove(d / "tokenizer.json")
+    r = run(kiln_bin, "bench", "-m", str(d), "-p", "4", "-n", "2", "-r", "1", "-t", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tg_tok_s"] > 0
+    assert inspect_json(kiln_bin, str(d))["tokenizer"]["model"] is None
+    out = str(tmp_path / "weights-only.gguf")
+    r = run(kiln_bin, "quantize", str(d), out, "q8_0", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert not any(k.startswith("tokenizer.") for k in GGUFReader(out).fields)
+    r = run(kiln_bin, "run", "-m", str(d), "-p", "hello")
+    assert r.returncode == 1 and "tokenizer.json" in r.stderr, r.stderr
