@@ -16,7 +16,7 @@
  *            the values that block wrote, so a link costs one hop between two blocks (what a step whose stages wait
  *            for the rows they read, not for the whole grid, would pay on its critical path).
  * The numbers decide how many blocks a decode kernel should have and whether a barrier inside a kernel can replace a
- * launch (docs/cuda.md, sessions 15 and 34). Usage: bench_cuda_launch [values read a block, default 256] */
+ * launch (docs/cuda-measured.md, sessions 15 and 34). Usage: bench_cuda_launch [values read a block, default 256] */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -18,10 +18,11 @@
  * is read back through L2 (__ldcg): L1 is not coherent between blocks.
  *
  * Measured on H100 (tg128): qwen2-1.5b 531-545 tok/s against 1,219-1,224 for the kernel-per-op step, llama3-8b
- * 231-233 against 460-464, so it stays opt-in (KILN_CUDA_PERSISTENT=1). Taking parts out one at a time (docs/cuda.md, "The persistent step"): each of
- * the 139 grid barriers costs ~1.5 us, the attention stage ~10 us a layer, the tile hand-offs ~10 us a layer, each
- * vector quantized into shared memory ~2.3 us, and the GEMVs from shared memory ~24 us a layer, where the layer's
- * weights take ~9 us at the copy rate: 8 warps an SM decode Q4_K/Q6_K parts too slowly once the weights are near.
+ * 231-233 against 460-464, so it stays opt-in (KILN_CUDA_PERSISTENT=1). Taking parts out one at a time
+ * (docs/cuda-measured.md, "The persistent step"): each of the 139 grid barriers costs ~1.5 us, the attention stage
+ * ~10 us a layer, the tile hand-offs ~10 us a layer, each vector quantized into shared memory ~2.3 us, and the GEMVs
+ * from shared memory ~24 us a layer, where the layer's weights take ~9 us at the copy rate: 8 warps an SM decode
+ * Q4_K/Q6_K parts too slowly once the weights are near.
  *
  * Hopper only (the bulk copies and transaction-counted mbarriers of sm_90). */
 #include "cuda/attention_slice.cuh"

@@ -30,7 +30,7 @@ enum { STEP_LOGITS, STEP_GREEDY, STEP_SAMPLED, STEP_MODES };
  * and the merge in one launch; since the split kernel loads its K/V rows before waiting for the rope kernel and
  * scores eight positions a warp at once, the three launches are faster. FUSE_NORM (KILN_CUDA_FUSE=3) has the last
  * block of a residual GEMV do the next norm, a serial tail the whole launch waits for. Measured on H100 (tg128,
- * alternating): docs/cuda.md, sessions 7, 8 and 16. KILN_CUDA_FUSE=0: none, for comparisons. */
+ * alternating): docs/cuda-measured.md, sessions 7, 8 and 16. KILN_CUDA_FUSE=0: none, for comparisons. */
 #define FUSE_DEFAULT FUSE_QKV_ROPE
 
 struct kiln_cuda_context {
@@ -157,9 +157,9 @@ static kiln_cuda_rope_args rope_args(const kiln_cuda_context *c) {
                                  c->cm->rope_freq};
 }
 
-/* KILN_CUDA_SKIP=op+op+...: a timing tool. The decode step (one token) leaves those launches out, so a bench of
- * the step against the full one prices each kernel inside the replayed graph, where launches overlap and ncu's
- * per-kernel times do not apply (docs/cuda.md, session 14). The logits are then wrong: never for generation. */
+/* KILN_CUDA_SKIP=op+op+...: a timing tool. The decode step (one token) leaves those launches out, so a bench of the
+ * step against the full one prices each kernel inside the replayed graph, where launches overlap and ncu's per-kernel
+ * times do not apply (docs/cuda-measured.md, session 14). The logits are then wrong: never for generation. */
 enum { SKIP_NORM = 1, SKIP_ROPE = 2, SKIP_ATTENTION = 4, SKIP_QUANTIZE = 8, SKIP_QKV = 16, SKIP_WO = 32,
        SKIP_GATE_UP = 64, SKIP_DOWN = 128, SKIP_HEAD = 256 };
 
@@ -183,7 +183,7 @@ static int env_int(const char *name, int fallback) {
 }
 
 /* The persistent decode step (kiln_cuda_decode_layers) when KILN_CUDA_PERSISTENT=1 and the model's layers allow it.
- * Off by default (docs/cuda.md, "The persistent step"). */
+ * Off by default (docs/cuda-measured.md, "The persistent step"). */
 static cudaError_t setup_persistent(kiln_cuda_context *c) {
     const kiln_cuda_model *cm = c->cm;
     const kiln_config *cfg = &cm->cfg;

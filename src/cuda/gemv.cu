@@ -379,11 +379,11 @@ __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, MIN_BLOCKS)
  * warp and held (with the offsets' sums), and no block is retired and scheduled again between rows. The first row's
  * weights are loaded before the PDL wait. Same products in the same order as gemv_rows' one batch, so the same bits.
  * Built for GEMV_MIN_BLOCKS blocks an SM (80 registers). Measured on H200 (tg128, against the multi-wave launches in
- * the same run, two calls): qwen2-1.5b 1,536.2 tok/s against 1,508.7, 1,537.5 against 1,511.9 (+1.7-1.8%); with
- * the next row's loads issued before each row's products (two rows' weights a lane, 16 warps an SM) 1,534.3 against
+ * the same run, two calls): qwen2-1.5b 1,536.2 tok/s against 1,508.7, 1,537.5 against 1,511.9 (+1.7-1.8%); with the
+ * next row's loads issued before each row's products (two rows' weights a lane, 16 warps an SM) 1,534.3 against
  * 1,514.7; built for 32 warps an SM (64 registers, 16-72 bytes spilled) 1,520.3 against 1,557.9. Its gate/up launch
- * went from 6.44 to 5.86 us a layer (docs/cuda.md, session 22). KILN_CUDA_GEMV_LOOP=0 turns it off, for comparisons
- * (read at launch, like KILN_CUDA_GEMV_WAVES). */
+ * went from 6.44 to 5.86 us a layer (docs/cuda-measured.md, session 22). KILN_CUDA_GEMV_LOOP=0 turns it off, for
+ * comparisons (read at launch, like KILN_CUDA_GEMV_WAVES). */
 template <class F, int TWO>
 __global__ void __launch_bounds__(32 * GEMV_ROWS_PER_BLOCK, GEMV_MIN_BLOCKS)
     gemv_q_loop_kernel(gemv_job job, int n_parts, const void *xq) {

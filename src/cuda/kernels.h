@@ -141,24 +141,24 @@ int kiln_cuda_gemv_qkv_rope(const kiln_cuda_matrix *const *ms, float *q, const v
  * at qwen2-1.5b's shape, 12.8 against 21.6 at llama3-8b's) */
 #define KILN_CUDA_PREFILL_ATTENTION_MIN 64
 
-/* The decode step's split: up to KILN_CUDA_DECODE_SPLITS slices per head, each of at least
- * KILN_CUDA_DECODE_MIN_CHUNK positions, so the split grows with the context (one slice up to 32 positions, 4 at 128,
- * all 32 from 1024). Measured by bench_cuda_attention on H100 (docs/cuda.md): slices of about 32 positions were
- * the fastest or within 5% of it from 128 to 8192 positions at both shapes; 8192 positions took 56 us in 32 slices
- * against 89 in 16 and 1124 in one. */
+/* The decode step's split: up to KILN_CUDA_DECODE_SPLITS slices per head, each of at least KILN_CUDA_DECODE_MIN_CHUNK
+ * positions, so the split grows with the context (one slice up to 32 positions, 4 at 128, all 32 from 1024). Measured
+ * by bench_cuda_attention on H100 (docs/cuda-measured.md): slices of about 32 positions were the fastest or within 5%
+ * of it from 128 to 8192 positions at both shapes; 8192 positions took 56 us in 32 slices against 89 in 16 and 1124 in
+ * one. */
 #define KILN_CUDA_DECODE_SPLITS 32
 #define KILN_CUDA_DECODE_MIN_CHUNK 32
-/* Warps a block of one token's attention (the decode step's split and the one-launch form): 8, which load 128
- * positions of a slice before their wait. Measured on H100 in the decode step (tg128, in-process; docs/cuda.md
- * session 17): one block of 8 warps a head, no merge, ran llama3-8b 2.2% and qwen2-1.5b 3.2% faster than slices of
- * 16 positions in blocks of 2 warps and a merge; 4 and 16 warps less so; loading 16 positions a warp (all 128)
- * instead of 8 another 0.9%. */
+/* Warps a block of one token's attention (the decode step's split and the one-launch form): 8, which load 128 positions
+ * of a slice before their wait. Measured on H100 in the decode step (tg128, in-process; docs/cuda-measured.md session
+ * 17): one block of 8 warps a head, no merge, ran llama3-8b 2.2% and qwen2-1.5b 3.2% faster than slices of 16 positions
+ * in blocks of 2 warps and a merge; 4 and 16 warps less so; loading 16 positions a warp (all 128) instead of 8 another
+ * 0.9%. */
 #define KILN_CUDA_DECODE_WARPS 8
-/* Positions a slice of the decode step's attention at least (KILN_CUDA_DECODE_CHUNK sets others): one slice a head
- * up to 128 positions, so no merge launch, 2 at 256, ... 32 at 4096, longer past that. Measured on H100 in blocks of
- * 8 warps (tg from an empty context, in-process, docs/cuda.md session 17): against 64 and 256 positions, qwen2-1.5b's
- * tg2048 ran 3.4% and 2.1% faster, llama3-8b's tg1024 3.2% and 1.6%; against 64 beyond the first 128, their tg512
- * 1.0% and 0.8%. */
+/* Positions a slice of the decode step's attention at least (KILN_CUDA_DECODE_CHUNK sets others): one slice a head up
+ * to 128 positions, so no merge launch, 2 at 256, ... 32 at 4096, longer past that. Measured on H100 in blocks of 8
+ * warps (tg from an empty context, in-process, docs/cuda-measured.md session 17): against 64 and 256 positions,
+ * qwen2-1.5b's tg2048 ran 3.4% and 2.1% faster, llama3-8b's tg1024 3.2% and 1.6%; against 64 beyond the first 128,
+ * their tg512 1.0% and 0.8%. */
 #define KILN_CUDA_DECODE_CHUNK 128
 
 typedef struct kiln_cuda_attn_args {
@@ -182,7 +182,7 @@ int kiln_cuda_attention_prefill(const kiln_cuda_attn_args *a, const float *q, co
  * head, or by the head's only block while the context is one slice (a->min_chunk positions or fewer). Blocks of
  * `warps` warps: 4, 8 or 16 (0: KILN_CUDA_DECODE_WARPS). q, k, v are the Q/K/V GEMVs' outputs, left as they
  * are. counters: n_head unsigneds in device memory, zero before the first call (and left zero). The decode
- * step runs it under KILN_CUDA_FUSE=1 (not by default: the three launches are faster, docs/cuda.md). */
+ * step runs it under KILN_CUDA_FUSE=1 (not by default: the three launches are faster, docs/cuda-measured.md). */
 typedef struct kiln_cuda_attn_decode_args {
     kiln_cuda_rope_args rope;
     const float *q, *k, *v, *bq, *bk, *bv;
