@@ -183,23 +183,21 @@ static int prompt_variant(kiln_cuda_context *ctx, const int32_t *tokens, int n_p
     return 0;
 }
 
-/* How far a decode step's logits on `other` are from ctx's, for the same token at position 0: the largest
- * difference over the largest magnitude (the variants must compute the same step); infinite where either row holds
- * a NaN (fmax would drop it and report no difference). */
-static int step_difference(kiln_cuda_context *ctx, kiln_cuda_context *other, int32_t token, int n_vocab,
-                           double *rel, kiln_error *err) {
-    float *a = malloc(sizeof(float) * (size_t)n_vocab), *b = malloc(sizeof(float) * (size_t)n_vocab);
-    int rc = !a || !b ? kiln_fail(err, "out of memory for two rows of logits")
-                      : kiln_cuda_eval(ctx, &token, 1, 0, a, err) || kiln_cuda_eval(other, &token, 1, 0, b, err);
+/* One decode step's logits for `token` at position 0 */
+static int step_logits(kiln_cuda_context *ctx, int32_t token, float *out, kiln_error *err) {
+    return kiln_cuda_eval(ctx, &token, 1, 0, out, err);
+}
+
+/* How far a variant's step is from the default's: the largest difference over the largest magnitude (the variants
+ * must compute the same step); infinite where either row holds a NaN (fmax would drop it and report none). */
+static double max_rel_difference(const float *a, const float *b, int n) {
     double diff = 0.0, scale = 0.0;
-    for (int i = 0; !rc && i < n_vocab; i++) {
+    for (int i = 0; i < n; i++) {
         if (isnan(a[i]) || isnan(b[i])) diff = INFINITY;
         diff = fmax(diff, fabs((double)a[i] - b[i]));
         scale = fmax(scale, fabs((double)a[i]));
     }
-    *rel = scale > 0.0 ? diff / scale : diff;
-    free(a), free(b);
-    return rc ? -1 : 0;
+    return scale > 0.0 ? diff / scale : diff;
 }
 
 int main(int argc, char **argv) {
@@ -232,7 +230,11 @@ int main(int argc, char **argv) {
     }
     double t_load = now() - t0;
     int32_t *tokens = malloc(sizeof(int32_t) * (n_prompt > n_gen ? n_prompt : n_gen));
-    float *logits = malloc(sizeof(float) * cfg.n_vocab);
+    float *logits = malloc(sizeof(float) * cfg.n_vocab), *other_logits = malloc(sizeof(float) * cfg.n_vocab);
+    if (!tokens || !logits || !other_logits) {
+        fprintf(stderr, "bench_cuda_decode: out of memory\n");
+        return 1;
+    }
     for (int i = 0; i < n_prompt; i++) tokens[i] = rand() % cfg.n_vocab;
     double pp[RUNS], ttft[RUNS], tg[RUNS];
     int ttft_n = n_prompt < 128 ? n_prompt : 128;
@@ -319,12 +321,15 @@ int main(int argc, char **argv) {
             t0 = now();
             if (kiln_cuda_generate_greedy(other, start, 0, n_gen, tokens, &err)) break;
             double t1 = now();
-            if (r < 0) restore_env(&saved); /* the variant's step is captured now */
+            /* the variant's greedy and logits steps are both captured under its settings before they go */
+            if (r < 0 && step_logits(other, start, other_logits, &err)) break;
+            if (r < 0) restore_env(&saved);
             if (kiln_cuda_generate_greedy(ctx, start, 0, n_gen, tokens, &err)) break;
             if (r >= 0) tg_other[r] = n_gen / (t1 - t0), tg_default[r] = n_gen / (now() - t1);
         }
         double rel = 0.0;
-        if (!err.msg[0]) step_difference(ctx, other, start, cfg.n_vocab, &rel, &err);
+        if (!err.msg[0] && !step_logits(ctx, start, logits, &err))
+            rel = max_rel_difference(logits, other_logits, cfg.n_vocab);
         kiln_cuda_context_free(other);
         if (err.msg[0]) {
             fprintf(stderr, "%s\n", err.msg);
@@ -358,7 +363,7 @@ int main(int argc, char **argv) {
         if (print_step_profile(pers, tokens, bw, &err)) return 1;
     }
     kiln_cuda_context_free(pers);
-    free(tokens), free(logits);
+    free(tokens), free(logits), free(other_logits);
     kiln_cuda_context_free(ctx);
     kiln_cuda_model_free(cm);
     kiln_weights_free(&w);
