@@ -25,6 +25,7 @@ struct kiln_cpu_state {
     float *x, *xb, *q, *k, *v, *att_out, *hb, *hb2; /* [n_batch][width] */
     float *scores;            /* [n_threads][n_ctx] */
     float *rope_cos, *rope_sin; /* [n_batch][rope_dim / 2] */
+    float *rope_cos_swa, *rope_sin_swa; /* the same for the sliding-window layers' frequencies */
     void *scratch;            /* quantized matmul inputs */
     /* the step's tokens, laid out by stage() */
     int32_t *tok_id;          /* [n_batch] */
@@ -43,6 +44,7 @@ typedef struct token_job {
     kiln_cpu_state *s;
     void (*step)(struct token_job *j, int t);
     int n, layer;
+    const float *post_norm; /* step_residual: the block output's own norm, NULL where the architecture has none */
     atomic_int next;
 } token_job;
 
@@ -83,18 +85,26 @@ static void step_ffn_norm(token_job *j, int t) {
     rmsnorm(j->s->xb + o, j->s->x + o, j->s->w->layers[j->layer].w[KILN_ROLE_FFN_NORM].data, c->n_embd, c->rms_eps);
 }
 
+/* x += xb: a block's output into the residual stream, through post_norm first where there is one */
 static void step_residual(token_job *j, int t) {
     int n = j->s->cfg->n_embd;
-    float *x = j->s->x + (size_t)t * n;
-    const float *d = j->s->xb + (size_t)t * n;
+    float *x = j->s->x + (size_t)t * n, *d = j->s->xb + (size_t)t * n;
+    if (j->post_norm) rmsnorm(d, d, j->post_norm, n, j->s->cfg->rms_eps);
     for (int i = 0; i < n; i++) x[i] += d[i];
 }
 
-static void step_swiglu(token_job *j, int t) {
+/* hb = act(gate) * up */
+static void step_glu(token_job *j, int t) {
     int n = j->s->cfg->n_ff;
     float *g = j->s->hb + (size_t)t * n;
     const float *u = j->s->hb2 + (size_t)t * n;
-    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    if (j->s->cfg->arch->act == KILN_ACT_GELU) {
+        const float sqrt_2_over_pi = 0.7978845608f;
+        for (int i = 0; i < n; i++)
+            g[i] = 0.5f * g[i] * (1.0f + tanhf(sqrt_2_over_pi * (g[i] + 0.044715f * g[i] * g[i] * g[i]))) * u[i];
+    } else {
+        for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
 }
 
 static void add_bias(float *v, const kiln_weight *b, int n) {
@@ -117,7 +127,14 @@ static void rope(float *vec, int n_heads, const kiln_config *c, const float *cs,
     }
 }
 
-/* Biases, rope, and this token's keys/values into the cache. */
+static void rmsnorm_heads(float *vec, int n_heads, const kiln_weight *w, const kiln_config *c) {
+    for (int h = 0; h < n_heads; h++) {
+        float *hv = vec + (size_t)h * c->head_dim;
+        rmsnorm(hv, hv, w->data, c->head_dim, c->rms_eps);
+    }
+}
+
+/* Biases, the heads' norms, rope, and this token's keys/values into the cache. */
 static void step_qkv_post(token_job *j, int t) {
     kiln_cpu_state *s = j->s;
     const kiln_config *c = s->cfg;
@@ -127,7 +144,13 @@ static void step_qkv_post(token_job *j, int t) {
     add_bias(q, &w[KILN_ROLE_BQ], q_dim);
     add_bias(k, &w[KILN_ROLE_BK], kv_dim);
     add_bias(v, &w[KILN_ROLE_BV], kv_dim);
-    const float *cs = s->rope_cos + (size_t)t * half, *sn = s->rope_sin + (size_t)t * half;
+    if (c->arch->qk_norm) {
+        rmsnorm_heads(q, c->n_head, &w[KILN_ROLE_Q_NORM], c);
+        rmsnorm_heads(k, c->n_head_kv, &w[KILN_ROLE_K_NORM], c);
+    }
+    bool swa = kiln_config_layer_swa(c, j->layer);
+    const float *cs = (swa ? s->rope_cos_swa : s->rope_cos) + (size_t)t * half;
+    const float *sn = (swa ? s->rope_sin_swa : s->rope_sin) + (size_t)t * half;
     rope(q, c->n_head, c, cs, sn);
     rope(k, c->n_head_kv, c, cs, sn);
     int p = s->tok_pos[t];
@@ -148,33 +171,42 @@ typedef struct attn_job {
     atomic_int next;
 } attn_job;
 
-/* Token t's query head h over its sequence's positions 0..pos, block by block (each block's rows are contiguous). */
+/* Cache row of position p of a sequence with the given block table: each block's rows are contiguous. */
+static const char *cache_row(const kiln_cpu_state *s, const char *layer_base, const int32_t *blocks, int p) {
+    int bs = s->block_size;
+    return layer_base + ((size_t)blocks[p / bs] * (size_t)bs + (size_t)(p % bs)) * s->kv_row_bytes;
+}
+
+/* Token t's query head h over its sequence's positions first..pos (first: 0, or the start of a sliding window),
+ * block by block. */
 static void attend(kiln_cpu_state *s, int layer, int t, int h, float *scores) {
     const kiln_config *c = s->cfg;
     int hd = c->head_dim, group = c->n_head / c->n_head_kv, bs = s->block_size, n_pos = s->tok_pos[t] + 1;
+    int first = kiln_config_layer_first_pos(c, layer, n_pos - 1);
     const int32_t *blocks = s->tok_blocks[t];
     const float *q = s->q + (size_t)t * kiln_config_q_dim(c) + h * hd;
     size_t kv_off = (size_t)(h / group) * hd * s->kv_elem; /* the KV head this query head reads */
     const char *kc = s->k_cache + (size_t)layer * s->n_kv_rows * s->kv_row_bytes + kv_off;
     const char *vc = s->v_cache + (size_t)layer * s->n_kv_rows * s->kv_row_bytes + kv_off;
-    float scale = 1.0f / sqrtf((float)hd), max = -INFINITY;
-    for (int p0 = 0; p0 < n_pos; p0 += bs) {
-        const char *k = kc + (size_t)blocks[p0 / bs] * (size_t)bs * s->kv_row_bytes;
-        for (int p = p0; p < n_pos && p < p0 + bs; p++, k += s->kv_row_bytes) {
-            scores[p] = s->kv->dot(q, k, hd) * scale;
+    float max = -INFINITY;
+    for (int p = first; p < n_pos;) {
+        const char *k = cache_row(s, kc, blocks, p);
+        for (int end = p - p % bs + bs; p < n_pos && p < end; p++, k += s->kv_row_bytes) {
+            scores[p] = s->kv->dot(q, k, hd) * c->attn_scale;
             if (scores[p] > max) max = scores[p];
         }
     }
     float sum = 0.0f;
-    for (int p = 0; p < n_pos; p++) {
+    for (int p = first; p < n_pos; p++) {
         scores[p] = expf(scores[p] - max);
         sum += scores[p];
     }
     float *o = s->att_out + (size_t)t * kiln_config_q_dim(c) + h * hd;
     memset(o, 0, sizeof(float) * (size_t)hd);
-    for (int p0 = 0; p0 < n_pos; p0 += bs) {
-        const char *v = vc + (size_t)blocks[p0 / bs] * (size_t)bs * s->kv_row_bytes;
-        for (int p = p0; p < n_pos && p < p0 + bs; p++, v += s->kv_row_bytes) s->kv->axpy(o, scores[p] / sum, v, hd);
+    for (int p = first; p < n_pos;) {
+        const char *v = cache_row(s, vc, blocks, p);
+        for (int end = p - p % bs + bs; p < n_pos && p < end; p++, v += s->kv_row_bytes)
+            s->kv->axpy(o, scores[p] / sum, v, hd);
     }
 }
 
@@ -229,16 +261,18 @@ static void layer(kiln_cpu_state *s, int l, int n) {
     const kiln_weight *wo[1] = {&w[KILN_ROLE_WO]};
     float *wo_out[1] = {s->xb};
     matmuls(s, wo, wo_out, 1, s->att_out, n, m);
+    tj.post_norm = w[KILN_ROLE_ATTN_POST_NORM].data;
     for_tokens(s, &tj, step_residual);
 
     for_tokens(s, &tj, step_ffn_norm);
     const kiln_weight *gate_up[2] = {&w[KILN_ROLE_FFN_GATE], &w[KILN_ROLE_FFN_UP]};
     float *gate_up_out[2] = {s->hb, s->hb2};
     matmuls(s, gate_up, gate_up_out, 2, s->xb, n, m);
-    for_tokens(s, &tj, step_swiglu);
+    for_tokens(s, &tj, step_glu);
     const kiln_weight *down[1] = {&w[KILN_ROLE_FFN_DOWN]};
     float *down_out[1] = {s->xb};
     matmuls(s, down, down_out, 1, s->hb, n, m);
+    tj.post_norm = w[KILN_ROLE_FFN_POST_NORM].data;
     for_tokens(s, &tj, step_residual);
 }
 
@@ -264,21 +298,31 @@ static int stage(kiln_cpu_state *s, const kiln_cpu_seq *seqs, int n_seq, int blo
     return n;
 }
 
+/* cos and sin of n tokens' angles at frequencies freq, [n][rope_dim / 2] */
+static void rope_table(const kiln_cpu_state *s, int n, const float *freq, float *cs, float *sn) {
+    int half = s->cfg->rope_dim / 2;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < half; i++) {
+            float angle = (float)s->tok_pos[t] * freq[i];
+            cs[(size_t)t * half + i] = cosf(angle);
+            sn[(size_t)t * half + i] = sinf(angle);
+        }
+}
+
 /* Embedding rows and rope angles of the staged tokens, then every layer. */
 static void run_layers(kiln_cpu_state *s, int n) {
     const kiln_config *c = s->cfg;
     const kiln_weight *e = &s->w->token_embd;
     kiln_dequantize_fn dequantize = kiln_quant_ops_best(e->type)->dequantize;
-    int half = c->rope_dim / 2;
+    float scale = c->arch->embd_scale ? sqrtf((float)c->n_embd) : 1.0f;
     for (int t = 0; t < n; t++) {
-        dequantize((const char *)e->data + (size_t)s->tok_id[t] * e->row_bytes, s->x + (size_t)t * c->n_embd,
-                   c->n_embd);
-        for (int i = 0; i < half; i++) {
-            float angle = (float)s->tok_pos[t] * c->rope_freq[i];
-            s->rope_cos[(size_t)t * half + i] = cosf(angle);
-            s->rope_sin[(size_t)t * half + i] = sinf(angle);
-        }
+        float *x = s->x + (size_t)t * c->n_embd;
+        dequantize((const char *)e->data + (size_t)s->tok_id[t] * e->row_bytes, x, c->n_embd);
+        if (scale != 1.0f)
+            for (int i = 0; i < c->n_embd; i++) x[i] *= scale;
     }
+    rope_table(s, n, c->rope_freq, s->rope_cos, s->rope_sin);
+    if (c->n_swa > 0) rope_table(s, n, c->rope_freq_swa, s->rope_cos_swa, s->rope_sin_swa);
     for (int l = 0; l < c->n_layer; l++) layer(s, l, n);
 }
 
@@ -406,6 +450,8 @@ static int alloc_buffers(kiln_cpu_state *s, kiln_error *err) {
         {(void **)&s->scores, sizeof(float) * (size_t)kiln_pool_size(s->pool) * (size_t)s->n_ctx},
         {(void **)&s->rope_cos, rope},
         {(void **)&s->rope_sin, rope},
+        {(void **)&s->rope_cos_swa, c->n_swa > 0 ? rope : 0},
+        {(void **)&s->rope_sin_swa, c->n_swa > 0 ? rope : 0},
         {&s->scratch, scratch_size(s->w, s->n_batch)},
         {(void **)&s->tok_id, sizeof *s->tok_id * B},
         {(void **)&s->tok_pos, sizeof *s->tok_pos * B},
@@ -463,7 +509,8 @@ void kiln_cpu_free(kiln_cpu_state *s) {
     if (!s) return;
     kiln_pool_free(s->pool);
     void *bufs[] = {s->k_cache, s->v_cache, s->x, s->xb, s->q, s->k, s->v, s->att_out, s->hb, s->hb2, s->scores,
-                    s->rope_cos, s->rope_sin, s->scratch, s->tok_id, s->tok_pos, (void *)s->tok_blocks, s->out_rows};
+                    s->rope_cos, s->rope_sin, s->rope_cos_swa, s->rope_sin_swa, s->scratch, s->tok_id, s->tok_pos,
+                    (void *)s->tok_blocks, s->out_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(s);
 }

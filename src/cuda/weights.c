@@ -139,6 +139,8 @@ static void place_all(kiln_cuda_model *cm, const kiln_weights *w, upload *u) {
 int kiln_cuda_model_load(const kiln_config *cfg, const kiln_weights *w, kiln_cuda_model **out, kiln_error *err) {
     *out = NULL;
     char desc[256];
+    if (!cfg->arch->gpu)
+        return kiln_fail(err, "the CUDA executor does not run %s models yet (the CPU does)", cfg->arch->name);
     if (kiln_cuda_probe(desc, sizeof desc, err) || check_all(w, err)) return -1;
     kiln_cuda_model *cm = calloc(1, sizeof *cm);
     if (!cm || !(cm->layers = calloc((size_t)w->n_layer, sizeof *cm->layers))) {

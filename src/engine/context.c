@@ -25,6 +25,12 @@ static void set_batch(kiln_context *c, int fallback) {
  * not found under AUTO, so the caller goes on with the CPU. */
 static int make_cuda_executor(kiln_context *c, kiln_error *err) {
     if (c->params.device == KILN_DEVICE_CPU) return 1;
+    const kiln_arch *arch = c->model->cfg.arch;
+    if (!arch->gpu) {
+        if (c->params.device == KILN_DEVICE_AUTO) return 1;
+        return kiln_fail(err, "--device cuda: the CUDA executor does not run %s models yet (--device cpu does)",
+                         arch->name);
+    }
     kiln_error probe = {{0}};
     if (kiln_cuda_probe(NULL, 0, &probe)) {
         if (c->params.device == KILN_DEVICE_AUTO) return 1;

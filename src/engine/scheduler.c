@@ -365,10 +365,11 @@ static int resolve_params(kiln_model *m, kiln_sched_params *p, kiln_error *err) 
     return 0;
 }
 
-/* The batched forward on the GPU (AUTO: when one answers), else on the CPU. */
+/* The batched forward on the GPU (AUTO: when one answers and runs the architecture), else on the CPU. */
 static sched_exec *make_exec(kiln_model *m, const kiln_sched_params *p, kiln_error *err) {
     kiln_error probe = {{0}};
-    bool gpu = p->device == KILN_DEVICE_CUDA || (p->device == KILN_DEVICE_AUTO && !kiln_cuda_probe(NULL, 0, &probe));
+    bool gpu = p->device == KILN_DEVICE_CUDA ||
+               (p->device == KILN_DEVICE_AUTO && m->cfg.arch->gpu && !kiln_cuda_probe(NULL, 0, &probe));
     return gpu ? kiln_sched_cuda_new(m, p, err) : kiln_sched_paged_new(m, p, err);
 }
 

@@ -6,8 +6,11 @@
 #include "model/model.h"
 
 static const kiln_arch ARCHITECTURES[] = {
-    {.name = "llama", .rope_style = KILN_ROPE_NORMAL, .qkv_bias = false, .output_may_be_tied = true},
-    {.name = "qwen2", .rope_style = KILN_ROPE_NEOX, .qkv_bias = true, .output_may_be_tied = true},
+    {.name = "llama", .rope_style = KILN_ROPE_NORMAL, .output_may_be_tied = true, .gpu = true},
+    {.name = "qwen2", .rope_style = KILN_ROPE_NEOX, .qkv_bias = true, .output_may_be_tied = true, .gpu = true},
+    /* llama.cpp's gemma3: five sliding-window layers to one global, the local ones at rope base 10000 */
+    {.name = "gemma3", .rope_style = KILN_ROPE_NEOX, .output_may_be_tied = true, .qk_norm = true, .post_norms = true,
+     .embd_scale = true, .act = KILN_ACT_GELU, .swa_pattern = 6, .rope_base_swa = 10000.0f},
 };
 
 const kiln_arch *kiln_arch_find(const char *name) {
@@ -111,7 +114,28 @@ static int load_rope(const kiln_gguf *g, kiln_config *cfg, kiln_error *err) {
     for (int i = 0; i < cfg->rope_dim / 2; i++) {
         if (!(factors[i] > 0)) return kiln_fail(err, "rope frequency factor %d is %g, must be positive", i, factors[i]);
         cfg->rope_freq[i] = powf(cfg->rope_base, -2.0f * (float)i / (float)cfg->rope_dim) * linear / factors[i];
+        cfg->rope_freq_swa[i] = cfg->arch->swa_pattern > 0
+                                    ? powf(cfg->arch->rope_base_swa, -2.0f * (float)i / (float)cfg->rope_dim)
+                                    : cfg->rope_freq[i];
     }
+    return 0;
+}
+
+/* The sliding window (architectures with sliding-window layers) and the attention scale. */
+static int load_attention(const kiln_gguf *g, kiln_config *cfg, kiln_error *err) {
+    cfg->n_swa = 0;
+    if (cfg->arch->swa_pattern > 0) {
+        char key[128];
+        int64_t v = 0;
+        if (kiln_gguf_get_int(g, arch_key(cfg, "attention.sliding_window", key, sizeof key), &v) &&
+            (v < 0 || v > (1 << 24)))
+            return kiln_fail(err, "hyperparameter %s = %lld is out of range (0..%d)", key, (long long)v, 1 << 24);
+        cfg->n_swa = (int)v;
+    }
+    /* Gemma 3 27B (its 62 layers are how llama.cpp knows it) scales queries by its query_pre_attn_scalar,
+     * n_embd / n_head, instead of the head size */
+    bool by_embd = !strcmp(cfg->arch->name, "gemma3") && cfg->n_layer == 62;
+    cfg->attn_scale = 1.0f / sqrtf((float)(by_embd ? cfg->n_embd / cfg->n_head : cfg->head_dim));
     return 0;
 }
 
@@ -120,7 +144,7 @@ int kiln_config_load(const kiln_gguf *g, kiln_config *cfg, kiln_error *err) {
     const char *name = kiln_gguf_get_str(g, "general.architecture");
     if (!name) return kiln_fail(err, "missing general.architecture");
     cfg->arch = kiln_arch_find(name);
-    if (!cfg->arch) return kiln_fail(err, "architecture '%s' is not supported (kiln runs llama, qwen2)", name);
+    if (!cfg->arch) return kiln_fail(err, "architecture '%s' is not supported (kiln runs llama, qwen2, gemma3)", name);
     cfg->rope_style = cfg->arch->rope_style;
 
     const int64_t big = 1 << 20;
@@ -147,5 +171,5 @@ int kiln_config_load(const kiln_gguf *g, kiln_config *cfg, kiln_error *err) {
     if (embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
         return kiln_fail(err, "tensor token_embd.weight: vocabulary size %lld is out of range", (long long)embd->ne[1]);
     cfg->n_vocab = (int)embd->ne[1];
-    return load_rope(g, cfg, err);
+    return load_rope(g, cfg, err) || load_attention(g, cfg, err) ? -1 : 0;
 }

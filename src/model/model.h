@@ -1,25 +1,32 @@
 /* The model description as data. An architecture is a row of a table (which tensors a layer has, rope style, QKV
- * bias, whether the output head may be tied to the embedding); kiln_config holds the hyperparameters read from the
- * GGUF keys "<arch>.*"; kiln_weights points every tensor role at its bytes inside the file mapping, in the file's
+ * bias, whether the output head may be tied to the embedding, ...); kiln_config holds the hyperparameters read from
+ * the GGUF keys "<arch>.*"; kiln_weights points every tensor role at its bytes inside the file mapping, in the file's
  * own types, with shapes checked against the config.
  *
- * Every executor (cpu/, cuda/) runs the same llama-family op order from this description, one token at position pos:
+ * Every executor (cpu/, cuda/) runs the same llama-family op order from this description, one token at position pos;
+ * the steps marked [flag] run only for architectures whose table row sets that flag (Gemma 3 sets them all):
  *
  *   x = token_embd[token]                                        (row dequantized to F32)
+ *   [embd_scale] x *= sqrt(n_embd)
  *   for each layer l:
  *       h = rmsnorm(x) * attn_norm
  *       q = Wq h (+ bq)   k = Wk h (+ bk)   v = Wv h (+ bv)        q: n_head heads, k/v: n_head_kv heads of head_dim
- *       rope(q, k, pos)                                          first rope_dim dims of each head, see kiln_rope_style
+ *       [qk_norm] each head of q = rmsnorm(head) * attn_q_norm, of k = rmsnorm(head) * attn_k_norm
+ *       rope(q, k, pos)                                          first rope_dim dims of each head, see kiln_rope_style;
+ *                                                                a sliding-window layer takes rope_freq_swa
  *       store k, v in the KV cache at pos
- *       per head hd: a = softmax(q_hd . K_kvh / sqrt(head_dim)) over positions 0..pos;  o_hd = a V_kvh
- *                    (kvh = hd / (n_head / n_head_kv): grouped-query attention)
- *       x += Wo o
+ *       per head hd: a = softmax(q_hd . K_kvh * attn_scale) over positions 0..pos (a sliding-window layer: the last
+ *                    n_swa of them);  o_hd = a V_kvh  (kvh = hd / (n_head / n_head_kv): grouped-query attention)
+ *       o = Wo o   [post_norms] o = rmsnorm(o) * attn_post_norm
+ *       x += o
  *       h = rmsnorm(x) * ffn_norm
- *       x += Wdown (silu(Wgate h) * (Wup h))
+ *       f = Wdown (act(Wgate h) * (Wup h))                         act: silu, or gelu (tanh form) for KILN_ACT_GELU
+ *       [post_norms] f = rmsnorm(f) * ffn_post_norm
+ *       x += f
  *   logits = output (rmsnorm(x) * output_norm)                   output = token_embd when tied
  *
  * rmsnorm(x) = x / sqrt(mean(x^2) + rms_eps). A weight W with ne = {n_in, n_out} maps n_in inputs to n_out outputs:
- * out[r] = dot(row r of W, in). */
+ * out[r] = dot(row r of W, in). Norm weights are used as stored: Gemma's (1 + w) is already in GGUF files. */
 #ifndef KILN_MODEL_MODEL_H
 #define KILN_MODEL_MODEL_H
 
@@ -49,13 +56,23 @@ typedef enum kiln_layer_role {
     KILN_ROLE_BQ,
     KILN_ROLE_BK,
     KILN_ROLE_BV,
+    KILN_ROLE_Q_NORM,
+    KILN_ROLE_K_NORM,
     KILN_ROLE_WO,
+    KILN_ROLE_ATTN_POST_NORM,
     KILN_ROLE_FFN_NORM,
     KILN_ROLE_FFN_GATE,
     KILN_ROLE_FFN_UP,
     KILN_ROLE_FFN_DOWN,
+    KILN_ROLE_FFN_POST_NORM,
     KILN_LAYER_ROLE_COUNT
 } kiln_layer_role;
+
+/* The feed-forward gate's activation. */
+typedef enum kiln_act {
+    KILN_ACT_SILU = 0, /* x / (1 + e^-x): SwiGLU */
+    KILN_ACT_GELU,     /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GeGLU, as llama.cpp computes GELU */
+} kiln_act;
 
 /* One row of the architecture table. */
 typedef struct kiln_arch {
@@ -63,6 +80,15 @@ typedef struct kiln_arch {
     kiln_rope_style rope_style;
     bool qkv_bias;             /* blk.N.attn_{q,k,v}.bias present (and required) */
     bool output_may_be_tied;   /* output.weight may be absent: the head is token_embd */
+    bool qk_norm;              /* blk.N.attn_{q,k}_norm: RMSNorm of each query and key head before rope */
+    bool post_norms;           /* blk.N.post_attention_norm, post_ffw_norm: RMSNorm of each block's output */
+    bool embd_scale;           /* the embedding row times sqrt(n_embd) */
+    kiln_act act;
+    /* Sliding-window layers (with <arch>.attention.sliding_window > 0): every layer but each swa_pattern-th, which
+     * attends to the whole context; they rotate by rope_base_swa, unscaled. 0: no such layers. */
+    int swa_pattern;
+    float rope_base_swa;
+    bool gpu;                  /* the CUDA executor runs it */
 } kiln_arch;
 
 /* The architecture table row for a general.architecture value, or NULL. */
@@ -85,12 +111,27 @@ typedef struct kiln_config {
     /* Angle per position of each rotated pair, rope_dim/2 entries: base^(-2i/rope_dim) * linear scale, divided by
      * the Llama-3 frequency factor (from rope.scaling.* keys or a rope_freqs.weight tensor), as llama.cpp does. */
     float rope_freq[KILN_MAX_HEAD_DIM / 2];
+    float attn_scale; /* the query-key product's scale: 1/sqrt(head_dim), except Gemma 3 27B's 1/sqrt(n_embd/n_head) */
+    int n_swa;        /* <arch>.attention.sliding_window: positions a sliding-window layer sees; 0: none */
+    float rope_freq_swa[KILN_MAX_HEAD_DIM / 2]; /* rope_freq of the sliding-window layers */
 } kiln_config;
 
 /* Reads and checks the hyperparameters. Errors name the missing or bad key. */
 int kiln_config_load(const kiln_gguf *g, kiln_config *cfg, kiln_error *err);
 
 static inline int kiln_config_q_dim(const kiln_config *c) { return c->n_head * c->head_dim; }
+/* Whether layer l attends through a sliding window (of n_swa positions) */
+static inline bool kiln_config_layer_swa(const kiln_config *c, int l) {
+    return c->n_swa > 0 && c->arch->swa_pattern > 0 && (l + 1) % c->arch->swa_pattern != 0;
+}
+/* The rope angles per position of layer l's pairs */
+static inline const float *kiln_config_layer_rope(const kiln_config *c, int l) {
+    return kiln_config_layer_swa(c, l) ? c->rope_freq_swa : c->rope_freq;
+}
+/* The first position a token at pos attends to in layer l */
+static inline int kiln_config_layer_first_pos(const kiln_config *c, int l, int pos) {
+    return kiln_config_layer_swa(c, l) && pos >= c->n_swa ? pos - c->n_swa + 1 : 0;
+}
 static inline int kiln_config_kv_dim(const kiln_config *c) { return c->n_head_kv * c->head_dim; }
 
 /* A tensor used in place: ne[0] elements per row (the input dimension), ne[1] rows. data is NULL for an absent

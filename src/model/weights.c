@@ -5,29 +5,46 @@
 
 #include "model/model.h"
 
-typedef enum dim_kind { DIM_ONE, DIM_EMBD, DIM_Q, DIM_KV, DIM_FF } dim_kind;
+typedef enum dim_kind { DIM_ONE, DIM_EMBD, DIM_Q, DIM_KV, DIM_FF, DIM_HEAD } dim_kind;
+
+/* Which architectures have a role: all, or those with the table flag it names. */
+typedef enum role_need { NEED_ALWAYS, NEED_QKV_BIAS, NEED_QK_NORM, NEED_POST_NORMS } role_need;
 
 /* How each layer role is named in GGUF and what shape it has: ne = {in, out}. */
 typedef struct role_spec {
     const char *suffix;
     dim_kind in, out;
-    bool is_bias;
+    role_need need;
 } role_spec;
 
 static const role_spec ROLES[KILN_LAYER_ROLE_COUNT] = {
-    [KILN_ROLE_ATTN_NORM] = {"attn_norm.weight", DIM_EMBD, DIM_ONE, false},
-    [KILN_ROLE_WQ] = {"attn_q.weight", DIM_EMBD, DIM_Q, false},
-    [KILN_ROLE_WK] = {"attn_k.weight", DIM_EMBD, DIM_KV, false},
-    [KILN_ROLE_WV] = {"attn_v.weight", DIM_EMBD, DIM_KV, false},
-    [KILN_ROLE_BQ] = {"attn_q.bias", DIM_Q, DIM_ONE, true},
-    [KILN_ROLE_BK] = {"attn_k.bias", DIM_KV, DIM_ONE, true},
-    [KILN_ROLE_BV] = {"attn_v.bias", DIM_KV, DIM_ONE, true},
-    [KILN_ROLE_WO] = {"attn_output.weight", DIM_Q, DIM_EMBD, false},
-    [KILN_ROLE_FFN_NORM] = {"ffn_norm.weight", DIM_EMBD, DIM_ONE, false},
-    [KILN_ROLE_FFN_GATE] = {"ffn_gate.weight", DIM_EMBD, DIM_FF, false},
-    [KILN_ROLE_FFN_UP] = {"ffn_up.weight", DIM_EMBD, DIM_FF, false},
-    [KILN_ROLE_FFN_DOWN] = {"ffn_down.weight", DIM_FF, DIM_EMBD, false},
+    [KILN_ROLE_ATTN_NORM] = {"attn_norm.weight", DIM_EMBD, DIM_ONE, NEED_ALWAYS},
+    [KILN_ROLE_WQ] = {"attn_q.weight", DIM_EMBD, DIM_Q, NEED_ALWAYS},
+    [KILN_ROLE_WK] = {"attn_k.weight", DIM_EMBD, DIM_KV, NEED_ALWAYS},
+    [KILN_ROLE_WV] = {"attn_v.weight", DIM_EMBD, DIM_KV, NEED_ALWAYS},
+    [KILN_ROLE_BQ] = {"attn_q.bias", DIM_Q, DIM_ONE, NEED_QKV_BIAS},
+    [KILN_ROLE_BK] = {"attn_k.bias", DIM_KV, DIM_ONE, NEED_QKV_BIAS},
+    [KILN_ROLE_BV] = {"attn_v.bias", DIM_KV, DIM_ONE, NEED_QKV_BIAS},
+    [KILN_ROLE_Q_NORM] = {"attn_q_norm.weight", DIM_HEAD, DIM_ONE, NEED_QK_NORM},
+    [KILN_ROLE_K_NORM] = {"attn_k_norm.weight", DIM_HEAD, DIM_ONE, NEED_QK_NORM},
+    [KILN_ROLE_WO] = {"attn_output.weight", DIM_Q, DIM_EMBD, NEED_ALWAYS},
+    [KILN_ROLE_ATTN_POST_NORM] = {"post_attention_norm.weight", DIM_EMBD, DIM_ONE, NEED_POST_NORMS},
+    [KILN_ROLE_FFN_NORM] = {"ffn_norm.weight", DIM_EMBD, DIM_ONE, NEED_ALWAYS},
+    [KILN_ROLE_FFN_GATE] = {"ffn_gate.weight", DIM_EMBD, DIM_FF, NEED_ALWAYS},
+    [KILN_ROLE_FFN_UP] = {"ffn_up.weight", DIM_EMBD, DIM_FF, NEED_ALWAYS},
+    [KILN_ROLE_FFN_DOWN] = {"ffn_down.weight", DIM_FF, DIM_EMBD, NEED_ALWAYS},
+    [KILN_ROLE_FFN_POST_NORM] = {"post_ffw_norm.weight", DIM_EMBD, DIM_ONE, NEED_POST_NORMS},
 };
+
+static bool arch_has(const kiln_arch *a, role_need need) {
+    switch (need) {
+    case NEED_ALWAYS: return true;
+    case NEED_QKV_BIAS: return a->qkv_bias;
+    case NEED_QK_NORM: return a->qk_norm;
+    case NEED_POST_NORMS: return a->post_norms;
+    }
+    return false;
+}
 
 static int64_t dim_size(const kiln_config *c, dim_kind k) {
     switch (k) {
@@ -36,6 +53,7 @@ static int64_t dim_size(const kiln_config *c, dim_kind k) {
     case DIM_Q: return kiln_config_q_dim(c);
     case DIM_KV: return kiln_config_kv_dim(c);
     case DIM_FF: return c->n_ff;
+    case DIM_HEAD: return c->head_dim;
     }
     return 0;
 }
@@ -70,7 +88,7 @@ static int bind_layer(const kiln_gguf *g, const kiln_config *cfg, int l, kiln_la
     char name[96];
     for (int r = 0; r < KILN_LAYER_ROLE_COUNT; r++) {
         const role_spec *s = &ROLES[r];
-        if (s->is_bias && !cfg->arch->qkv_bias) continue;
+        if (!arch_has(cfg->arch, s->need)) continue;
         snprintf(name, sizeof name, "blk.%d.%s", l, s->suffix);
         if (bind(g, name, dim_size(cfg, s->in), dim_size(cfg, s->out), &lw->w[r], err)) return -1;
     }

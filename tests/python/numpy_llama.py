@@ -1,9 +1,14 @@
-"""An independent llama/qwen2 forward pass in numpy, the reference kiln's logits are checked against.
+"""An independent llama/qwen2/gemma3 forward pass in numpy, the reference kiln's logits are checked against.
 
 It reads the GGUF with the `gguf` package and its numpy dequantizers, and follows the Hugging Face formulation
 rather than kiln's: llama Q/K weights are permuted back to the HF layout (the GGUF converter interleaves them so
 that llama.cpp can rotate adjacent pairs) and rope uses HF's rotate_half. Norms, rope and softmax run in float64;
 matrix products in float32 BLAS (about 1e-6 relative error, far inside the 1e-4 the tests ask).
+
+Gemma 3 as Hugging Face's Gemma3ForCausalLM computes it: the embedding times sqrt(n_embd), each query and key head
+RMS-normalized before rope, each block's output normalized before the residual add, GELU (tanh form) gating, five
+sliding-window layers (window of attention.sliding_window positions, rope base 10000) to one global layer. The norm
+weights are used as the GGUF holds them: the converter has already added Gemma's 1.
 
 forward(..., fast=True) also rounds what kiln's fast path rounds, so that path can be checked tightly too: the input
 of every matrix product is quantized to the 8-bit format kiln's dot product for that weight type takes (Q8_0 for
@@ -49,6 +54,16 @@ class Model:
         freq_factors = self.weight("rope_freqs.weight") if "rope_freqs.weight" in self.tensors else 1.0
         exps = np.arange(0, self.rope_dim, 2, dtype=np.float64) / self.rope_dim
         self.inv_freq = 1.0 / (self.rope_base ** exps) / freq_factors
+        self.gemma3 = a == "gemma3"
+        self.n_swa = int(self._get(f"{a}.attention.sliding_window", 0)) if self.gemma3 else 0
+        self.inv_freq_swa = 1.0 / (10000.0 ** exps)
+        # Gemma 3 27B (62 layers) scales queries by n_embd / n_head, its query_pre_attn_scalar
+        self.attn_scale = 1.0 / np.sqrt(self.n_embd // self.n_head if self.gemma3 and self.n_layer == 62
+                                        else self.head_dim)
+
+    def sliding(self, layer):
+        """Whether a layer attends through the sliding window: all but every sixth, in Gemma 3."""
+        return self.n_swa > 0 and (layer + 1) % 6 != 0
 
     def _get(self, key, default=None):
         f = self.fields.get(key)
@@ -161,14 +176,22 @@ def rope(x, positions, inv_freq, rope_dim):
     return np.concatenate([rot * cos + rotated * sin, rest], axis=-1)
 
 
-def forward(m, ids, fast=False, kv_f16=None):
-    """Logits (len(ids), n_vocab), float64, for a sequence starting at position 0. fast: round as kiln's fast path
-    does (quantized matmul inputs, keys and values through float16 unless kv_f16 is False)."""
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward(m, ids, fast=False, kv_f16=None, rows=None):
+    """Logits (len(ids), n_vocab), float64, for a sequence starting at position 0; rows: only those positions'.
+    fast: round as kiln's fast path does (quantized matmul inputs, keys and values through float16 unless kv_f16 is
+    False)."""
     kv_f16 = fast if kv_f16 is None else kv_f16
     T = len(ids)
     pos = np.arange(T)
     x = m.embd[np.asarray(ids)].astype(np.float64)
-    mask = np.triu(np.full((T, T), -np.inf), k=1)
+    if m.gemma3:
+        x = x * np.sqrt(m.n_embd)
+    causal = np.triu(np.full((T, T), -np.inf), k=1)
+    window = causal + np.tril(np.full((T, T), -np.inf), k=-m.n_swa) if m.n_swa else causal
     group = m.n_head // m.n_head_kv
     output = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     for l in range(m.n_layer):
@@ -177,23 +200,35 @@ def forward(m, ids, fast=False, kv_f16=None):
         q = linear(m, h, p + "attn_q.weight", m.n_head, fast) + m.bias(p + "attn_q.bias")
         k = linear(m, h, p + "attn_k.weight", m.n_head_kv, fast) + m.bias(p + "attn_k.bias")
         v = linear(m, h, p + "attn_v.weight", fast=fast) + m.bias(p + "attn_v.bias")
-        q = rope(q.reshape(T, m.n_head, m.head_dim), pos, m.inv_freq, m.rope_dim)
-        k = rope(k.reshape(T, m.n_head_kv, m.head_dim), pos, m.inv_freq, m.rope_dim)
+        q, k = q.reshape(T, m.n_head, m.head_dim), k.reshape(T, m.n_head_kv, m.head_dim)
+        if m.gemma3:
+            q = rmsnorm(q, m.weight(p + "attn_q_norm.weight"), m.eps)
+            k = rmsnorm(k, m.weight(p + "attn_k_norm.weight"), m.eps)
+        inv_freq = m.inv_freq_swa if m.sliding(l) else m.inv_freq
+        q = rope(q, pos, inv_freq, m.rope_dim)
+        k = rope(k, pos, inv_freq, m.rope_dim)
         v = v.reshape(T, m.n_head_kv, m.head_dim)
         if kv_f16:
             k, v = (a.astype(np.float32).astype(np.float16).astype(np.float64) for a in (k, v))
         k = np.repeat(k, group, axis=1)
         v = np.repeat(v, group, axis=1)
-        scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(m.head_dim) + mask
+        scores = np.einsum("thd,shd->hts", q, k) * m.attn_scale + (window if m.sliding(l) else causal)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
         o = np.einsum("hts,shd->thd", scores, v).reshape(T, -1)
-        x = x + linear(m, o, p + "attn_output.weight", fast=fast)
+        o = linear(m, o, p + "attn_output.weight", fast=fast)
+        if m.gemma3:
+            o = rmsnorm(o, m.weight(p + "post_attention_norm.weight"), m.eps)
+        x = x + o
         h = rmsnorm(x, m.weight(p + "ffn_norm.weight"), m.eps)
         gate = linear(m, h, p + "ffn_gate.weight", fast=fast)
         up = linear(m, h, p + "ffn_up.weight", fast=fast)
-        x = x + linear(m, gate / (1.0 + np.exp(-gate)) * up, p + "ffn_down.weight", fast=fast)
-    x = rmsnorm(x, m.weight("output_norm.weight"), m.eps)
+        act = gelu_tanh(gate) if m.gemma3 else gate / (1.0 + np.exp(-gate))
+        f = linear(m, act * up, p + "ffn_down.weight", fast=fast)
+        if m.gemma3:
+            f = rmsnorm(f, m.weight(p + "post_ffw_norm.weight"), m.eps)
+        x = x + f
+    x = rmsnorm(x if rows is None else x[rows], m.weight("output_norm.weight"), m.eps)
     return linear(m, x, output, fast=fast)
 
 
