@@ -9,7 +9,7 @@
 
 #include "quant/quant.h"
 
-#define KILN_GEMM_TOKENS 4
+#define KILN_GEMM_TOKENS KILN_DOT_ROWS
 
 /* One activation row's block scales as F32, converted once per matmul rather than once per weight row:
  * scales[2b] = d and scales[2b + 1] = d * (sum of its quants) of block b (Q8_1 stores that as s). */

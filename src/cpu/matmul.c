@@ -35,6 +35,7 @@ typedef struct matmul_job {
     kiln_quantize_fn quantize;
     kiln_vec_dot_fn dot[KILN_MATMUL_MAX_WEIGHTS];
     kiln_gemm_fn gemm[KILN_MATMUL_MAX_WEIGHTS]; /* multi-token kernel, or NULL */
+    kiln_vec_dot_rows_fn dot_rows[KILN_MATMUL_MAX_WEIGHTS]; /* vec_dot's bits for 4 tokens at once, or NULL */
     char *qin;
     size_t qin_row;
     kiln_type qin_type;
@@ -73,6 +74,15 @@ static void run_tile(const matmul_job *j, int tile) {
                 j->gemm[wi](w->ne[0], rows + (size_t)r * w->row_bytes, j->qin + (size_t)t * j->qin_row, j->qin_row,
                             j->scales + (size_t)t * j->s_stride, j->s_stride, o);
                 for (int k = 0; k < KILN_GEMM_TOKENS; k++) out[(size_t)(t + k) * (size_t)n_out + r] = o[k];
+            }
+    }
+    if (j->dot_rows[wi]) { /* the same bits as the token-by-token loop below: any tokens may take it */
+        float o[KILN_DOT_ROWS];
+        for (; t + KILN_DOT_ROWS <= j->n_tok; t += KILN_DOT_ROWS)
+            for (int64_t r = r0; r < r1; r++) {
+                j->dot_rows[wi](w->ne[0], rows + (size_t)r * w->row_bytes, j->qin + (size_t)t * j->qin_row,
+                                j->qin_row, o);
+                for (int k = 0; k < KILN_DOT_ROWS; k++) out[(size_t)(t + k) * (size_t)n_out + r] = o[k];
             }
     }
     for (; t < j->n_tok; t++) {
@@ -115,6 +125,7 @@ void kiln_matmul_split(kiln_pool *pool, const kiln_weight *const *ws, float *con
     j.tile_rows = tile_rows(ws, n_w, n_tok, kiln_pool_size(pool));
     for (int i = 0; i < n_w; i++) {
         j.dot[i] = kiln_quant_ops_best(ws[i]->type)->vec_dot;
+        j.dot_rows[i] = kiln_quant_ops_best(ws[i]->type)->vec_dot_rows;
         j.gemm[i] = kiln_gemm_get(ws[i]->type, kiln_cpu_isa());
         if (j.gemm[i] && (kiln_cpu_isa() == KILN_ISA_SCALAR || n_multi < KILN_GEMM_TOKENS)) j.gemm[i] = NULL;
         if (j.gemm[i]) j.scales = (float *)((char *)scratch + scales_offset(j.qin_row * (size_t)n_tok));

@@ -21,9 +21,10 @@ size_t kiln_matmul_scratch_size(const kiln_weight *w, int n_tok);
 void kiln_matmul(kiln_pool *pool, const kiln_weight *const *ws, float *const *outs, int n_w, const float *in,
                  int n_tok, void *scratch);
 
-/* kiln_matmul where only the first n_multi rows may go through the multi-token kernels (in whole groups of
- * KILN_GEMM_TOKENS), the rest token by token. Those kernels sum in another order than the single-token one, so a
- * batch that mixes sequences gives each row the same kernel whatever else is in it. */
+/* kiln_matmul where only the first n_multi rows may go through the multi-token kernels of cpu/gemm.h (Q4_0, Q4_1;
+ * in whole groups of KILN_GEMM_TOKENS), the rest token by token. Those kernels sum in another order than the
+ * single-token one, so a batch that mixes sequences gives each row the same kernel whatever else is in it. Types
+ * whose quant ops have vec_dot_rows (the same bits as vec_dot) take it for any tokens, in groups of KILN_DOT_ROWS. */
 void kiln_matmul_split(kiln_pool *pool, const kiln_weight *const *ws, float *const *outs, int n_w, const float *in,
                        int n_tok, int n_multi, void *scratch);
 

@@ -52,9 +52,9 @@ static float vec_dot_bf16(int64_t n, const void *vx, const void *vy) {
 }
 
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_F32, {dequantize_row_f32, quantize_row_f32, vec_dot_f32, KILN_TYPE_F32}},
-    {KILN_TYPE_F16, {dequantize_row_f16, quantize_row_f16, vec_dot_f16, KILN_TYPE_F32}},
-    {KILN_TYPE_BF16, {dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16, KILN_TYPE_F32}},
+    {KILN_TYPE_F32, {dequantize_row_f32, quantize_row_f32, vec_dot_f32, KILN_TYPE_F32, NULL}},
+    {KILN_TYPE_F16, {dequantize_row_f16, quantize_row_f16, vec_dot_f16, KILN_TYPE_F32, NULL}},
+    {KILN_TYPE_BF16, {dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16, KILN_TYPE_F32, NULL}},
 };
 
 const kiln_quant_family kiln_float_scalar_family = {

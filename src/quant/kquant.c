@@ -287,12 +287,12 @@ static float vec_dot_q8_K(int64_t n, const void *vx, const void *vy) {
 }
 
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, kiln_quantize_row_q2_K, vec_dot_q2_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, kiln_quantize_row_q3_K, vec_dot_q3_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q4_K, {dequantize_row_q4_K, kiln_quantize_row_q4_K, vec_dot_q4_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q5_K, {dequantize_row_q5_K, kiln_quantize_row_q5_K, vec_dot_q5_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q6_K, {dequantize_row_q6_K, kiln_quantize_row_q6_K, vec_dot_q6_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q8_K, {dequantize_row_q8_K, kiln_quantize_row_q8_K, vec_dot_q8_K, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, kiln_quantize_row_q2_K, vec_dot_q2_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, kiln_quantize_row_q3_K, vec_dot_q3_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q4_K, {dequantize_row_q4_K, kiln_quantize_row_q4_K, vec_dot_q4_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q5_K, {dequantize_row_q5_K, kiln_quantize_row_q5_K, vec_dot_q5_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q6_K, {dequantize_row_q6_K, kiln_quantize_row_q6_K, vec_dot_q6_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q8_K, {dequantize_row_q8_K, kiln_quantize_row_q8_K, vec_dot_q8_K, KILN_TYPE_Q8_K, NULL}},
 };
 
 const kiln_quant_family kiln_kquant_scalar_family = {

@@ -342,13 +342,97 @@ static float vec_dot_q6_K(int64_t n, const void *vx, const void *vy) {
     return hsum_ps(acc);
 }
 
+/* ---- KILN_DOT_ROWS activation rows at once: per row the operations of the single-row kernels above, the weights'
+ * unpacking and scales shared ---- */
+
+static inline void vec_dot_rows_k4(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out,
+                                   bool five_bits) {
+    const uint8_t *xb = vx;
+    const size_t size = five_bits ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc[KILN_DOT_ROWS], acc_m[KILN_DOT_ROWS];
+    for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = acc_m[k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, xb += size) {
+        /* Q4_K and Q5_K share d, dmin and scales at the same offsets; Q5_K adds qh before qs */
+        const block_q4_K *x4 = (const block_q4_K *)xb;
+        const block_q5_K *x5 = (const block_q5_K *)xb;
+        const __m128i scales_mins = kquant_k4_scales_mins(x4->scales);
+        const scale_words w = widen_scales(scales_mins, 0);
+        const __m256i qh = five_bits ? _mm256_loadu_si256((const __m256i *)x5->qh) : _mm256_setzero_si256();
+        __m256i sumi[KILN_DOT_ROWS];
+        for (int k = 0; k < KILN_DOT_ROWS; k++) sumi[k] = _mm256_setzero_si256();
+        for (int j = 0; j < QK_K / 64; j++) {
+            __m256i lo, hi;
+            if (five_bits) {
+                q5_pair(x5->qs, qh, j, &lo, &hi);
+            } else {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(x4->qs + 32 * j));
+                lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(srl16(q, 4), m4);
+            }
+            const __m256i s_lo = scale_pair(&w, 2 * j, 2 * j), s_hi = scale_pair(&w, 2 * j + 1, 2 * j + 1);
+            for (int k = 0; k < KILN_DOT_ROWS; k++) {
+                const int8_t *q8 = kquant_row_block(vy, y_stride, k, i)->qs + 64 * j;
+                sumi[k] = _mm256_add_epi32(sumi[k], dot32(lo, q8, s_lo));
+                sumi[k] = _mm256_add_epi32(sumi[k], dot32(hi, q8 + 32, s_hi));
+            }
+        }
+        const float xd = half_to_float(x4->d), xdmin = half_to_float(x4->dmin);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+            k4_accumulate(&acc[k], &acc_m[k], sumi[k], scales_mins, y->bsums, y->d * xd, y->d * xdmin);
+        }
+    }
+    for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = hsum_ps(_mm256_sub_ps(acc[k], acc_m[k]));
+}
+
+static void vec_dot_rows_q4_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
+    vec_dot_rows_k4(n, x, y, y_stride, out, false);
+}
+
+static void vec_dot_rows_q5_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
+    vec_dot_rows_k4(n, x, y, y_stride, out, true);
+}
+
+static void vec_dot_rows_q6_K(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+    const block_q6_K *x = vx;
+    __m256 acc[KILN_DOT_ROWS];
+    for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const scale_words w = widen_scales(sc, 1);
+        __m256i sumi[KILN_DOT_ROWS];
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+            sumi[k] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsum_dot(sc, y->bsums, 1), 5));
+        }
+        for (int c = 0; c < QK_K / 128; c++) {
+            __m256i g[4];
+            q6_chunk(x[i].ql + 64 * c, x[i].qh + 32 * c, g);
+            for (int q = 0; q < 4; q++) {
+                const int s = 8 * c + 2 * q;
+                const __m256i scales = scale_pair(&w, s, s + 1);
+                for (int k = 0; k < KILN_DOT_ROWS; k++) {
+                    const int8_t *q8 = kquant_row_block(vy, y_stride, k, i)->qs + 32 * (4 * c + q);
+                    sumi[k] = _mm256_add_epi32(sumi[k], dot32(g[q], q8, scales));
+                }
+            }
+        }
+        const float xd = half_to_float(x[i].d);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const float d = kquant_row_block(vy, y_stride, k, i)->d * xd;
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+        }
+    }
+    for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = hsum_ps(acc[k]);
+}
+
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q4_K, {dequantize_row_q4_K, NULL, vec_dot_q4_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q5_K, {dequantize_row_q5_K, NULL, vec_dot_q5_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q6_K, {dequantize_row_q6_K, NULL, vec_dot_q6_K, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q8_K, {dequantize_row_q8_K, NULL, NULL, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q4_K, {dequantize_row_q4_K, NULL, vec_dot_q4_K, KILN_TYPE_Q8_K, vec_dot_rows_q4_K}},
+    {KILN_TYPE_Q5_K, {dequantize_row_q5_K, NULL, vec_dot_q5_K, KILN_TYPE_Q8_K, vec_dot_rows_q5_K}},
+    {KILN_TYPE_Q6_K, {dequantize_row_q6_K, NULL, vec_dot_q6_K, KILN_TYPE_Q8_K, vec_dot_rows_q6_K}},
+    {KILN_TYPE_Q8_K, {dequantize_row_q8_K, NULL, NULL, KILN_TYPE_Q8_K, NULL}},
 };
 
 const kiln_quant_family kiln_kquant_avx2_family = {

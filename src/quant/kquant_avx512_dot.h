@@ -198,10 +198,75 @@ static inline float vec_dot_q6_K_impl(int64_t n, const void *vx, const void *vy)
     return block_sum(acc);
 }
 
+/* ---- KILN_DOT_ROWS activation rows at once: the same operations per row as the single-row kernels above, the
+ * weights' unpacking and scales shared ---- */
+
+static inline void vec_dot_rows_k4_impl(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out,
+                                        bool five_bits) {
+    const uint8_t *xb = vx;
+    const size_t size = five_bits ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    __m512 acc[KILN_DOT_ROWS], acc_m[KILN_DOT_ROWS];
+    for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = acc_m[k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, xb += size) {
+        const block_q4_K *x4 = (const block_q4_K *)xb;
+        const block_q5_K *x5 = (const block_q5_K *)xb;
+        const __m128i scales_mins = kquant_k4_scales_mins(x4->scales);
+        const __m512i scales = scale_words(_mm512_cvtepu8_epi32(scales_mins));
+        __m512i q[QK_K / 64], sc[QK_K / 64];
+        for (int j = 0; j < QK_K / 64; j++) {
+            q[j] = five_bits ? q5_pair(x5->qs, x5->qh, j) : q4_pair(x4->qs, j);
+            sc[j] = pick_scales(scales, 2 * j, 8);
+        }
+        const float xd = half_to_float(x4->d), xdmin = half_to_float(x4->dmin);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < QK_K / 64; j++) sumi = dot64(sumi, q[j], y->qs + 64 * j, sc[j]);
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc[k]);
+            acc_m[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xdmin), _mm512_cvtepi32_ps(k4_mins(scales_mins, y->bsums)),
+                                       acc_m[k]);
+        }
+    }
+    for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = block_sum(_mm512_sub_ps(acc[k], acc_m[k]));
+}
+
+static inline void vec_dot_rows_q6_K_impl(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+    const block_q6_K *x = vx;
+    __m512 acc[KILN_DOT_ROWS];
+    for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m512i scales = scale_words(_mm512_cvtepi8_epi32(sc));
+        __m512i q[4], scg[4];
+        for (int g = 0; g < 4; g++) {
+            q[g] = q6_pair(x[i].ql + 64 * (g / 2), x[i].qh + 32 * (g / 2), g % 2);
+            scg[g] = pick_scales(scales, 4 * g, 4);
+        }
+        const float xd = half_to_float(x[i].d);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsum_dot(sc, y->bsums, true), 5));
+            for (int g = 0; g < 4; g++) sumi = dot64(sumi, q[g], y->qs + 64 * g, scg[g]);
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc[k]);
+        }
+    }
+    for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = block_sum(acc[k]);
+}
+
 static float vec_dot_q2_K(int64_t n, const void *x, const void *y) { return vec_dot_q2_K_impl(n, x, y); }
 static float vec_dot_q3_K(int64_t n, const void *x, const void *y) { return vec_dot_q3_K_impl(n, x, y); }
 static float vec_dot_q4_K(int64_t n, const void *x, const void *y) { return vec_dot_k4_impl(n, x, y, false); }
 static float vec_dot_q5_K(int64_t n, const void *x, const void *y) { return vec_dot_k4_impl(n, x, y, true); }
 static float vec_dot_q6_K(int64_t n, const void *x, const void *y) { return vec_dot_q6_K_impl(n, x, y); }
+
+static void vec_dot_rows_q4_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
+    vec_dot_rows_k4_impl(n, x, y, y_stride, out, false);
+}
+static void vec_dot_rows_q5_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
+    vec_dot_rows_k4_impl(n, x, y, y_stride, out, true);
+}
+static void vec_dot_rows_q6_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
+    vec_dot_rows_q6_K_impl(n, x, y, y_stride, out);
+}
 
 #endif

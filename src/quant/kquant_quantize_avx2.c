@@ -258,11 +258,11 @@ static void quantize_row_q6_K(const float *src, void *dst, int64_t n) {
 }
 
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_Q2_K, {NULL, quantize_row_q2_K, NULL, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q4_K, {NULL, quantize_row_q4_K, NULL, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q5_K, {NULL, quantize_row_q5_K, NULL, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q6_K, {NULL, quantize_row_q6_K, NULL, KILN_TYPE_Q8_K}},
-    {KILN_TYPE_Q8_K, {NULL, quantize_row_q8_K, NULL, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q2_K, {NULL, quantize_row_q2_K, NULL, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q4_K, {NULL, quantize_row_q4_K, NULL, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q5_K, {NULL, quantize_row_q5_K, NULL, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q6_K, {NULL, quantize_row_q6_K, NULL, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q8_K, {NULL, quantize_row_q8_K, NULL, KILN_TYPE_Q8_K, NULL}},
 };
 
 const kiln_quant_family kiln_kquant_quantize_avx2_family = {

@@ -43,7 +43,7 @@ static void quantize_row_q8_K(const float *src, void *dst, int64_t n) {
 }
 
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_Q8_K, {NULL, quantize_row_q8_K, NULL, KILN_TYPE_Q8_K}},
+    {KILN_TYPE_Q8_K, {NULL, quantize_row_q8_K, NULL, KILN_TYPE_Q8_K, NULL}},
 };
 
 const kiln_quant_family kiln_kquant_quantize_avx512_family = {

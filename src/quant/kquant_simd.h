@@ -4,8 +4,16 @@
 #define KILN_QUANT_KQUANT_SIMD_H
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "quant/blocks.h"
+
+/* Block i of activation row k of a vec_dot_rows call */
+static inline const block_q8_K *kquant_row_block(const void *vy, size_t y_stride, int k, int64_t i) {
+    return (const block_q8_K *)((const char *)vy + (size_t)k * y_stride) + i;
+}
 
 /* The 12 packed bytes of Q4_K/Q5_K scales and mins (see kquant_scale_min_k4) as 16 bytes: 8 scales, then 8 mins.
  * Reads 16 bytes from packed: callers pass x->scales, which the block's quants follow. Word by word, with

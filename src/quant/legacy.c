@@ -301,12 +301,12 @@ static void quantize_row_q8_1(const float *src, void *dst, int64_t n) {
 
 /* Q8_1 is only ever an activation format, so it has no vec_dot of its own (as in the reference engine). */
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_Q4_0, {dequantize_row_q4_0, quantize_row_q4_0, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0}},
-    {KILN_TYPE_Q4_1, {dequantize_row_q4_1, quantize_row_q4_1, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1}},
-    {KILN_TYPE_Q5_0, {dequantize_row_q5_0, quantize_row_q5_0, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0}},
-    {KILN_TYPE_Q5_1, {dequantize_row_q5_1, quantize_row_q5_1, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1}},
-    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0}},
-    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, quantize_row_q8_1, NULL, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q4_0, {dequantize_row_q4_0, quantize_row_q4_0, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0, NULL}},
+    {KILN_TYPE_Q4_1, {dequantize_row_q4_1, quantize_row_q4_1, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1, NULL}},
+    {KILN_TYPE_Q5_0, {dequantize_row_q5_0, quantize_row_q5_0, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0, NULL}},
+    {KILN_TYPE_Q5_1, {dequantize_row_q5_1, quantize_row_q5_1, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1, NULL}},
+    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0, NULL}},
+    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, quantize_row_q8_1, NULL, KILN_TYPE_Q8_1, NULL}},
 };
 
 const kiln_quant_family kiln_legacy_scalar_family = {

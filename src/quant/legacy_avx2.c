@@ -153,22 +153,21 @@ static inline __m256 block_scale(kiln_half dx, kiln_half dy) {
 
 static inline __m256i q8_quants(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
 
-/* The integer dot of one block with its activation block, as eight int32 partial sums. */
-static inline __m256i block_dot_q4_0(const block_q4_0 *x, const block_q8_0 *y) {
-    return dot_biased(unpack_nibbles(x->qs), q8_quants(y->qs), 8);
+/* Weight quants of one block as stored: unsigned for Q4_0/Q5_0 (their bias is applied in the dot) and the offset
+ * types, signed for Q8_0. */
+static inline __m256i quants_q4_0(const block_q4_0 *b) { return unpack_nibbles(b->qs); }
+static inline __m256i quants_q5_0(const block_q5_0 *b) {
+    return _mm256_or_si256(unpack_nibbles(b->qs), fifth_bits(b->qh));
 }
-static inline __m256i block_dot_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
-    return dot_biased(_mm256_or_si256(unpack_nibbles(x->qs), fifth_bits(x->qh)), q8_quants(y->qs), 16);
+static inline __m256i quants_q8_0(const block_q8_0 *b) { return q8_quants(b->qs); }
+static inline __m256i quants_q4_1(const block_q4_1 *b) { return unpack_nibbles(b->qs); }
+static inline __m256i quants_q5_1(const block_q5_1 *b) {
+    return _mm256_or_si256(unpack_nibbles(b->qs), fifth_bits(b->qh));
 }
-static inline __m256i block_dot_q8_0(const block_q8_0 *x, const block_q8_0 *y) {
-    return dot_i8_i8(q8_quants(x->qs), q8_quants(y->qs));
-}
-static inline __m256i block_dot_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
-    return dot_u8_i8(unpack_nibbles(x->qs), q8_quants(y->qs));
-}
-static inline __m256i block_dot_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
-    return dot_u8_i8(_mm256_or_si256(unpack_nibbles(x->qs), fifth_bits(x->qh)), q8_quants(y->qs));
-}
+
+/* The integer block dot of each type with its activation quants, as eight int32 partial sums. */
+static inline __m256i dot_q4_0(__m256i qx, __m256i qy) { return dot_biased(qx, qy, 8); }
+static inline __m256i dot_q5_0(__m256i qx, __m256i qy) { return dot_biased(qx, qy, 16); }
 
 /* Offset types add m_x * s_y per block; symmetric types have no such term. */
 static inline float offset_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
@@ -186,7 +185,7 @@ static inline float no_offset(const void *x, const void *y) {
 /* A dot product of weights with Q8_0 or Q8_1 activations. Blocks go in groups of 4, whose scales come from one
  * multiply of their heads: d_x d_y lands in the even lanes and, for offset types, m_x s_y in the odd ones. Each block
  * then takes one integer dot and one FMA. Leftover blocks take their scales one by one. */
-#define VEC_DOT(name, block_type, act_type, block_dot, offset, has_offset)                                          \
+#define VEC_DOT(name, block_type, act_type, quants, dot, offset, has_offset)                                        \
     static float name(int64_t n, const void *vx, const void *vy) {                                                  \
         const block_type *x = vx;                                                                                    \
         const act_type *y = vy;                                                                                      \
@@ -197,31 +196,74 @@ static inline float no_offset(const void *x, const void *y) {
             __m256 products = _mm256_mul_ps(block_heads(x + i, sizeof *x), block_heads(y + i, sizeof *y));           \
             for (int k = 0; k < 4; k++) {                                                                            \
                 __m256 d = _mm256_permutevar8x32_ps(products, _mm256_set1_epi32(2 * k));                             \
-                acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot(&x[i + k], &y[i + k])), acc);                  \
+                __m256i sums = dot(quants(&x[i + k]), q8_quants(y[i + k].qs));                                       \
+                acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc);                                             \
             }                                                                                                        \
             if (has_offset) offsets = _mm256_add_ps(offsets, _mm256_blend_ps(_mm256_setzero_ps(), products, 0xAA));   \
         }                                                                                                            \
         float tail_offsets = 0.0f;                                                                                   \
         for (; i < nb; i++) {                                                                                        \
-            acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(block_dot(&x[i], &y[i])), acc);   \
+            __m256i sums = dot(quants(&x[i]), q8_quants(y[i].qs));                                                   \
+            acc = _mm256_fmadd_ps(block_scale(x[i].d, y[i].d), _mm256_cvtepi32_ps(sums), acc);                       \
             tail_offsets += offset(&x[i], &y[i]);                                                                    \
         }                                                                                                            \
         return hsum(acc) + hsum(offsets) + tail_offsets;                                                             \
     }
 
-VEC_DOT(vec_dot_q4_0_q8_0, block_q4_0, block_q8_0, block_dot_q4_0, no_offset, false)
-VEC_DOT(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, block_dot_q5_0, no_offset, false)
-VEC_DOT(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, block_dot_q8_0, no_offset, false)
-VEC_DOT(vec_dot_q4_1_q8_1, block_q4_1, block_q8_1, block_dot_q4_1, offset_q4_1, true)
-VEC_DOT(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, block_dot_q5_1, offset_q5_1, true)
+/* VEC_DOT for KILN_DOT_ROWS activation rows at once, each weight block's quants and heads unpacked once: per row the
+ * same products, FMAs and sums in the same order, so the same bits. */
+#define VEC_DOT_ROWS(name, block_type, act_type, quants, dot, offset, has_offset)                                   \
+    static void name##_rows(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {               \
+        const block_type *x = vx;                                                                                    \
+        const int64_t nb = n / QK8_0;                                                                                \
+        __m256 acc[KILN_DOT_ROWS], offsets[KILN_DOT_ROWS];                                                           \
+        float tail_offsets[KILN_DOT_ROWS] = {0};                                                                     \
+        for (int r = 0; r < KILN_DOT_ROWS; r++) acc[r] = offsets[r] = _mm256_setzero_ps();                           \
+        int64_t i = 0;                                                                                               \
+        for (; i + 4 <= nb; i += 4) {                                                                                \
+            const __m256 heads = block_heads(x + i, sizeof *x);                                                      \
+            __m256i qx[4];                                                                                           \
+            for (int k = 0; k < 4; k++) qx[k] = quants(&x[i + k]);                                                   \
+            for (int r = 0; r < KILN_DOT_ROWS; r++) {                                                                \
+                const act_type *y = (const act_type *)((const char *)vy + (size_t)r * y_stride) + i;                 \
+                __m256 products = _mm256_mul_ps(heads, block_heads(y, sizeof *y));                                   \
+                for (int k = 0; k < 4; k++) {                                                                        \
+                    __m256 d = _mm256_permutevar8x32_ps(products, _mm256_set1_epi32(2 * k));                         \
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot(qx[k], q8_quants(y[k].qs))), acc[r]);         \
+                }                                                                                                    \
+                if (has_offset)                                                                                      \
+                    offsets[r] = _mm256_add_ps(offsets[r], _mm256_blend_ps(_mm256_setzero_ps(), products, 0xAA));    \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (; i < nb; i++) {                                                                                        \
+            const __m256i qx = quants(&x[i]);                                                                        \
+            for (int r = 0; r < KILN_DOT_ROWS; r++) {                                                                \
+                const act_type *y = (const act_type *)((const char *)vy + (size_t)r * y_stride) + i;                 \
+                acc[r] = _mm256_fmadd_ps(block_scale(x[i].d, y->d), _mm256_cvtepi32_ps(dot(qx, q8_quants(y->qs))),  \
+                                         acc[r]);                                                                    \
+                tail_offsets[r] += offset(&x[i], y);                                                                 \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int r = 0; r < KILN_DOT_ROWS; r++) out[r] = hsum(acc[r]) + hsum(offsets[r]) + tail_offsets[r];          \
+    }
+
+VEC_DOT(vec_dot_q4_0_q8_0, block_q4_0, block_q8_0, quants_q4_0, dot_q4_0, no_offset, false)
+VEC_DOT(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, quants_q5_0, dot_q5_0, no_offset, false)
+VEC_DOT(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, quants_q8_0, dot_i8_i8, no_offset, false)
+VEC_DOT(vec_dot_q4_1_q8_1, block_q4_1, block_q8_1, quants_q4_1, dot_u8_i8, offset_q4_1, true)
+VEC_DOT(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, quants_q5_1, dot_u8_i8, offset_q5_1, true)
+VEC_DOT_ROWS(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, quants_q5_0, dot_q5_0, no_offset, false)
+VEC_DOT_ROWS(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, quants_q8_0, dot_i8_i8, no_offset, false)
+VEC_DOT_ROWS(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, quants_q5_1, dot_u8_i8, offset_q5_1, true)
 
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_Q4_0, {dequantize_row_q4_0, NULL, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0}},
-    {KILN_TYPE_Q4_1, {dequantize_row_q4_1, NULL, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1}},
-    {KILN_TYPE_Q5_0, {dequantize_row_q5_0, NULL, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0}},
-    {KILN_TYPE_Q5_1, {dequantize_row_q5_1, NULL, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1}},
-    {KILN_TYPE_Q8_0, {dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0}},
-    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, quantize_row_q8_1, NULL, KILN_TYPE_Q8_1}},
+    {KILN_TYPE_Q4_0, {dequantize_row_q4_0, NULL, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0, NULL}},
+    {KILN_TYPE_Q4_1, {dequantize_row_q4_1, NULL, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1, NULL}},
+    {KILN_TYPE_Q5_0, {dequantize_row_q5_0, NULL, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0, vec_dot_q5_0_q8_0_rows}},
+    {KILN_TYPE_Q5_1, {dequantize_row_q5_1, NULL, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1, vec_dot_q5_1_q8_1_rows}},
+    {KILN_TYPE_Q8_0,
+     {dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0, vec_dot_q8_0_q8_0_rows}},
+    {KILN_TYPE_Q8_1, {dequantize_row_q8_1, quantize_row_q8_1, NULL, KILN_TYPE_Q8_1, NULL}},
 };
 
 const kiln_quant_family kiln_legacy_avx2_family = {

@@ -173,10 +173,54 @@ static inline __m512i pair_pick(int p) {
         return _mm512_reduce_add_ps(acc) + _mm512_reduce_add_ps(offsets) + tail_offsets;                             \
     }
 
+/* VEC_DOT's operations for KILN_DOT_ROWS activation rows at once, the weights' quants and heads unpacked once: per
+ * row the same products, FMAs and sums in the same order, so the same bits. */
+#define VEC_DOT_ROWS(name, block_type, act_type, quants, dot, offset, has_offset)                                   \
+    static void name##_rows(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {               \
+        const block_type *x = vx;                                                                                    \
+        const int64_t nb = n / QK8_0;                                                                                \
+        const __m512i pick[4] = {pair_pick(0), pair_pick(1), pair_pick(2), pair_pick(3)};                            \
+        __m512 acc[KILN_DOT_ROWS], offsets[KILN_DOT_ROWS];                                                           \
+        float tail_offsets[KILN_DOT_ROWS] = {0};                                                                     \
+        for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = offsets[k] = _mm512_setzero_ps();                           \
+        int64_t i = 0;                                                                                               \
+        for (; i + 8 <= nb; i += 8) {                                                                                \
+            const __m512 heads = block_heads(x + i, sizeof *x);                                                      \
+            __m512i qx[4];                                                                                           \
+            for (int p = 0; p < 4; p++) qx[p] = join(quants(&x[i + 2 * p]), quants(&x[i + 2 * p + 1]));            \
+            for (int k = 0; k < KILN_DOT_ROWS; k++) {                                                                \
+                const act_type *y = (const act_type *)((const char *)vy + (size_t)k * y_stride) + i;                 \
+                __m512 products = _mm512_mul_ps(heads, block_heads(y, sizeof *y));                                   \
+                for (int p = 0; p < 4; p++) {                                                                        \
+                    __m512i qy = join(q8_quants(y[2 * p].qs), q8_quants(y[2 * p + 1].qs));                           \
+                    acc[k] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[p], products),                               \
+                                             _mm512_cvtepi32_ps(dot(qx[p], qy)), acc[k]);                            \
+                }                                                                                                    \
+                if (has_offset) offsets[k] = _mm512_mask_add_ps(offsets[k], 0xAAAA, offsets[k], products);           \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (; i < nb; i += 2) {                                                                                     \
+            bool pair = i + 1 < nb;                                                                                  \
+            __m512i qx = join(quants(&x[i]), pair ? quants(&x[i + 1]) : _mm256_setzero_si256());                     \
+            for (int k = 0; k < KILN_DOT_ROWS; k++) {                                                                \
+                const act_type *y = (const act_type *)((const char *)vy + (size_t)k * y_stride) + i;                 \
+                __m512i qy = join(q8_quants(y[0].qs), pair ? q8_quants(y[1].qs) : _mm256_setzero_si256());           \
+                __m512 d = join_scales(scale_of(x[i].d, y[0].d), pair ? scale_of(x[i + 1].d, y[1].d) : 0.0f);       \
+                acc[k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot(qx, qy)), acc[k]);                                \
+                tail_offsets[k] += offset(&x[i], &y[0]) + (pair ? offset(&x[i + 1], &y[1]) : 0.0f);                  \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int k = 0; k < KILN_DOT_ROWS; k++)                                                                      \
+            out[k] = _mm512_reduce_add_ps(acc[k]) + _mm512_reduce_add_ps(offsets[k]) + tail_offsets[k];              \
+    }
+
 VEC_DOT(vec_dot_q4_0_q8_0, block_q4_0, block_q8_0, quants_q4_0, dot_q4_0, no_offset, false)
 VEC_DOT(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, quants_q5_0, dot_q5_0, no_offset, false)
 VEC_DOT(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, quants_q8_0, dot_q8_0, no_offset, false)
 VEC_DOT(vec_dot_q4_1_q8_1, block_q4_1, block_q8_1, quants_q4_1, dot_u8_i8, offset_q4_1, true)
 VEC_DOT(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, quants_q5_1, dot_u8_i8, offset_q5_1, true)
+VEC_DOT_ROWS(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, quants_q5_0, dot_q5_0, no_offset, false)
+VEC_DOT_ROWS(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, quants_q8_0, dot_q8_0, no_offset, false)
+VEC_DOT_ROWS(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, quants_q5_1, dot_u8_i8, offset_q5_1, true)
 
 #endif

@@ -105,7 +105,7 @@ static kiln_quant_level top_level(kiln_isa isa) {
 static void overlay(kiln_quant_ops *dst, const kiln_quant_ops *src, kiln_quant_level level) {
     if (src->dequantize) dst->dequantize = src->dequantize;
     if (src->quantize) dst->quantize = src->quantize;
-    if (src->vec_dot) dst->vec_dot = src->vec_dot;
+    if (src->vec_dot) dst->vec_dot = src->vec_dot, dst->vec_dot_rows = src->vec_dot_rows;
     if (level == KILN_LEVEL_SCALAR) dst->vec_dot_type = src->vec_dot_type;
 }
 

@@ -5,6 +5,7 @@
 #define KILN_QUANT_QUANT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "quant/blocks.h"
@@ -17,11 +18,18 @@ typedef void (*kiln_dequantize_fn)(const void *src, float *dst, int64_t n);
 typedef void (*kiln_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef float (*kiln_vec_dot_fn)(int64_t n, const void *x, const void *y);
 
+/* The dots of one weight row with KILN_DOT_ROWS activation rows at y, y + y_stride, ...: out[k] is bit for bit what
+ * the same level's vec_dot gives for row k, each weight block unpacked once for all of them. Prompt batches take it,
+ * and a token computed in a batch equals the same token alone. */
+#define KILN_DOT_ROWS 4
+typedef void (*kiln_vec_dot_rows_fn)(int64_t n, const void *x, const void *y, size_t y_stride, float *out);
+
 typedef struct kiln_quant_ops {
     kiln_dequantize_fn dequantize;
     kiln_quantize_fn quantize;
     kiln_vec_dot_fn vec_dot;
     kiln_type vec_dot_type;
+    kiln_vec_dot_rows_fn vec_dot_rows; /* NULL where the level has none: batches then take vec_dot row by row */
 } kiln_quant_ops;
 
 typedef enum kiln_isa { KILN_ISA_SCALAR = 0, KILN_ISA_AVX2 = 1, KILN_ISA_AVX512 = 2 } kiln_isa;
@@ -30,7 +38,8 @@ typedef enum kiln_isa { KILN_ISA_SCALAR = 0, KILN_ISA_AVX2 = 1, KILN_ISA_AVX512 
  * each file exports one kiln_quant_family for the level its code needs, listing an entry per type it implements.
  * The scalar family of a type must be complete (dequantize, quantize, vec_dot_type, and vec_dot unless the type is
  * only an activation format, like Q8_1, whose vec_dot stays NULL); a SIMD family
- * may leave any function NULL, and that function falls back to the next lower level that has it. quant.c merges
+ * may leave any function NULL, and that function falls back to the next lower level that has it, except
+ * vec_dot_rows, which comes with its level's vec_dot (a level giving vec_dot alone leaves none). quant.c merges
  * the families once into the table behind kiln_quant_ops_get(); to add a family, declare it in quant.c's
  * FAMILIES list (see the comment there) - nothing else in quant.c changes. */
 typedef enum kiln_quant_level {

@@ -111,6 +111,8 @@ static void test_matmul_matches_dequantized_product(void **state) {
         check_matmul(types[i], 320, 37, 9, pool); /* 10 blocks: a group of 8 and a tail; 9 tokens: 2 x 4 and 1 */
         check_matmul(types[i], 64, 16, 1, pool);
     }
+    kiln_type rows_types[] = {KILN_TYPE_Q5_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K}; /* vec_dot_rows where the ISA has it */
+    for (size_t i = 0; i < sizeof rows_types / sizeof rows_types[0]; i++) check_matmul(rows_types[i], 512, 37, 9, pool);
     kiln_pool_free(pool);
 }
 

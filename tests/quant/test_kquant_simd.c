@@ -2,7 +2,8 @@
  * and VNNI separately), on fresh random blocks; plus the scalar vec_dot against a float dot of the dequantized rows.
  * Bounds: dequantize bit-exact. vec_dot |got - want| <= 1e-5 * sum_i |y_i| (|x_i| + 2 |m_i|) over the dequantized
  * operands, m_i being the min offset of x_i's sub-block: the integer block sums are exact, so only the float
- * accumulation differs, and the bound covers the cancellation between the scale and min terms. */
+ * accumulation differs, and the bound covers the cancellation between the scale and min terms. vec_dot_rows: bit for
+ * bit the same level's vec_dot, row by row. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -170,6 +171,33 @@ static void check_vec_dot(const char *name, kiln_vec_dot_fn fn, kiln_vec_dot_fn 
     free(tmp);
 }
 
+/* vec_dot_rows gives each of its activation rows exactly the bits of the same level's vec_dot. */
+static void check_vec_dot_rows(const char *name, const kiln_quant_ops *ops, kiln_type type) {
+    const kq_case *c = case_of(type);
+    const kiln_quant_ops *act = kiln_quant_ops_get(KILN_TYPE_Q8_K, KILN_ISA_SCALAR);
+    const int64_t n = QK_K * N_BLOCKS;
+    const size_t y_stride = kiln_row_size(KILN_TYPE_Q8_K, n) + 4; /* rows not packed back to back */
+    uint8_t *x = malloc(kiln_row_size(type, n)), *y = malloc(y_stride * KILN_DOT_ROWS);
+    float *v = malloc(n * sizeof *v), got[KILN_DOT_ROWS];
+    for (int trial = 0; trial < 4; trial++) {
+        random_blocks(c, x, trial % 2);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            for (int64_t i = 0; i < n; i++) v[i] = next_normal() * (float)(k + 1);
+            act->quantize(v, y + k * y_stride, n);
+        }
+        ops->vec_dot_rows(n, x, y, y_stride, got);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            float alone = ops->vec_dot(n, x, y + k * y_stride);
+            if (memcmp(&got[k], &alone, sizeof alone))
+                fail_msg("%s %s vec_dot_rows row %d: %.9g, vec_dot %.9g", name, kiln_type_name(type), k, got[k],
+                         alone);
+        }
+    }
+    free(x);
+    free(y);
+    free(v);
+}
+
 static void test_scalar_vec_dot_matches_float_dot(void **state) {
     (void)state;
     for (int i = 0; i < N_CASES; i++) {
@@ -195,6 +223,7 @@ static void test_simd_matches_scalar(void **state) {
             if (e->ops.dequantize) check_dequantize(f->name, &e->ops, ref, e->type);
             if (e->ops.quantize) check_quantize(f->name, &e->ops, ref, e->type);
             if (e->ops.vec_dot) check_vec_dot(f->name, e->ops.vec_dot, ref->vec_dot, e->type);
+            if (e->ops.vec_dot_rows) check_vec_dot_rows(f->name, &e->ops, e->type);
             checked++;
         }
     }

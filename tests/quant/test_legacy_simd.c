@@ -1,7 +1,8 @@
 /* Every SIMD kernel of the float and 32-element block families against its scalar reference, for each level this
  * CPU runs (plain AVX-512 and VNNI separately), on fresh random data.
  * Bounds: dequantize and quantize bit-exact; vec_dot |simd - scalar| <= 1e-5 * (sum|x_i y_i| + sum|m_x s_y|) over the
- * dequantized operands (the integer block dots are exact, only the float accumulation order differs). */
+ * dequantized operands (the integer block dots are exact, only the float accumulation order differs); vec_dot_rows
+ * bit for bit the same level's vec_dot, row by row. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -162,6 +163,39 @@ static void check_vec_dot(const kiln_quant_family *f, const kiln_quant_entry *e,
     free(yf);
 }
 
+/* vec_dot_rows gives each of its activation rows exactly the bits of the same level's vec_dot. */
+static void check_vec_dot_rows(const kiln_quant_family *f, const kiln_quant_entry *e, const kiln_quant_ops *ref) {
+    const type_case *c = case_of(e->type);
+    const kiln_quant_ops *act = kiln_quant_ops_get(ref->vec_dot_type, KILN_ISA_SCALAR);
+    for (int64_t n = 32 * 37; n >= 32 * 36; n -= 32) { /* an odd and an even tail after the groups of 8 blocks */
+        size_t y_stride = kiln_row_size(ref->vec_dot_type, n) + 36; /* rows not packed back to back */
+        uint8_t *x = malloc(kiln_row_size(e->type, n)), *y = malloc(y_stride * KILN_DOT_ROWS);
+        float *v = malloc((size_t)n * sizeof *v), got[KILN_DOT_ROWS];
+        for (int trial = 0; trial < 4; trial++) {
+            if (e->type == KILN_TYPE_Q8_0) {
+                for (int64_t i = 0; i < n; i++) v[i] = next_normal();
+                ref->quantize(v, x, n);
+            } else {
+                random_row(c, x, n);
+            }
+            for (int k = 0; k < KILN_DOT_ROWS; k++) {
+                for (int64_t i = 0; i < n; i++) v[i] = next_normal() * (float)(k + 1);
+                act->quantize(v, y + k * y_stride, n);
+            }
+            e->ops.vec_dot_rows(n, x, y, y_stride, got);
+            for (int k = 0; k < KILN_DOT_ROWS; k++) {
+                float alone = e->ops.vec_dot(n, x, y + k * y_stride);
+                if (memcmp(&got[k], &alone, sizeof alone))
+                    fail_msg("%s %s vec_dot_rows row %d: %.9g, vec_dot %.9g", f->name, kiln_type_name(e->type), k,
+                             got[k], alone);
+            }
+        }
+        free(x);
+        free(y);
+        free(v);
+    }
+}
+
 static void test_simd_matches_scalar(void **state) {
     (void)state;
     int count, checked = 0;
@@ -176,6 +210,7 @@ static void test_simd_matches_scalar(void **state) {
             if (e->ops.dequantize) check_dequantize(f, e, ref);
             if (e->ops.quantize) check_quantize(f, e, ref);
             if (e->ops.vec_dot) check_vec_dot(f, e, ref);
+            if (e->ops.vec_dot_rows) check_vec_dot_rows(f, e, ref);
             checked++;
         }
     }
