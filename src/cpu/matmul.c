@@ -6,10 +6,13 @@
 #include "cpu/gemm.h"
 #include "quant/quant.h"
 
-/* Output rows per tile for a batch: their weight rows (a few KiB) stay in L1 while every input row passes over
- * them. A single token instead gets tiles of about rows / threads, so each thread streams one long contiguous run of
- * weights: hardware prefetchers follow those, and interleaved small tiles ran at half the speed on 2 threads. */
+/* Output rows per run: their weight rows (a few KiB) stay in L1 while every input row passes over them. A prompt
+ * batch takes its tiles a run at a time, from a shared counter. A decode step (up to STREAMED_TOKENS tokens: one
+ * sequence, or the server's batch of sequences) instead gets tiles of about rows / threads, walked run by run, so
+ * each thread streams one long contiguous run of weights: hardware prefetchers follow those, and interleaved small
+ * tiles ran at half the speed on 2 threads (a decode batch of 2 sequences gave less than one alone). */
 #define TILE_ROWS 16
+#define STREAMED_TOKENS 16
 
 /* The scratch holds the quantized rows, then (64-byte aligned) their F32 block scales for the multi-token kernels:
  * two floats per 32 elements. */
@@ -58,12 +61,10 @@ static void quantize_job(void *arg, int ith, int nth) {
     }
 }
 
-static void run_tile(const matmul_job *j, int tile) {
-    int wi = 0;
-    while (tile >= j->n_tiles[wi]) tile -= j->n_tiles[wi++];
+/* Rows [r0, r1) of weight wi for every token: few enough rows that they stay in L1 while the tokens pass. */
+static void run_rows(const matmul_job *j, int wi, int64_t r0, int64_t r1) {
     const kiln_weight *w = j->ws[wi];
-    int64_t n_out = w->ne[1], r0 = (int64_t)tile * j->tile_rows;
-    int64_t r1 = r0 + j->tile_rows < n_out ? r0 + j->tile_rows : n_out;
+    int64_t n_out = w->ne[1];
     const char *rows = (const char *)w->data;
     float *out = j->outs[wi];
     int t = 0;
@@ -92,6 +93,15 @@ static void run_tile(const matmul_job *j, int tile) {
     }
 }
 
+/* A tile: its rows in runs of TILE_ROWS, so a thread's long tile of a decode batch streams its weights once. */
+static void run_tile(const matmul_job *j, int tile) {
+    int wi = 0;
+    while (tile >= j->n_tiles[wi]) tile -= j->n_tiles[wi++];
+    int64_t n_out = j->ws[wi]->ne[1], r0 = (int64_t)tile * j->tile_rows;
+    int64_t r1 = r0 + j->tile_rows < n_out ? r0 + j->tile_rows : n_out;
+    for (int64_t r = r0; r < r1; r += TILE_ROWS) run_rows(j, wi, r, r + TILE_ROWS < r1 ? r + TILE_ROWS : r1);
+}
+
 static void dot_job(void *arg, int ith, int nth) {
     matmul_job *j = arg;
     (void)ith;
@@ -102,7 +112,7 @@ static void dot_job(void *arg, int ith, int nth) {
 }
 
 static int tile_rows(const kiln_weight *const *ws, int n_w, int n_tok, int n_threads) {
-    if (n_tok > 1) return TILE_ROWS;
+    if (n_tok > STREAMED_TOKENS) return TILE_ROWS;
     int64_t rows = 0;
     for (int i = 0; i < n_w; i++) rows += ws[i]->ne[1];
     int64_t per_thread = (rows + n_threads - 1) / n_threads;

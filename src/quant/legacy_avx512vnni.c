@@ -5,8 +5,8 @@
 #include "quant/legacy_avx512_dot.h"
 
 static const kiln_quant_entry VNNI_ENTRIES[] = {
-    {KILN_TYPE_Q4_0, {NULL, NULL, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0, NULL}},
-    {KILN_TYPE_Q4_1, {NULL, NULL, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1, NULL}},
+    {KILN_TYPE_Q4_0, {NULL, NULL, vec_dot_q4_0_q8_0, KILN_TYPE_Q8_0, vec_dot_q4_0_q8_0_rows}},
+    {KILN_TYPE_Q4_1, {NULL, NULL, vec_dot_q4_1_q8_1, KILN_TYPE_Q8_1, vec_dot_q4_1_q8_1_rows}},
     {KILN_TYPE_Q5_0, {NULL, NULL, vec_dot_q5_0_q8_0, KILN_TYPE_Q8_0, vec_dot_q5_0_q8_0_rows}},
     {KILN_TYPE_Q5_1, {NULL, NULL, vec_dot_q5_1_q8_1, KILN_TYPE_Q8_1, vec_dot_q5_1_q8_1_rows}},
     {KILN_TYPE_Q8_0, {NULL, NULL, vec_dot_q8_0_q8_0, KILN_TYPE_Q8_0, vec_dot_q8_0_q8_0_rows}},
