@@ -23,7 +23,7 @@ struct kiln_cpu_state {
     size_t kv_row_bytes;      /* one position's keys (or values) of one layer */
     char *k_cache, *v_cache;  /* [n_layer][n_kv_rows][kv_dim] */
     float *x, *xb, *q, *k, *v, *att_out, *hb, *hb2; /* [n_batch][width] */
-    float *scores;            /* [n_threads][n_ctx] */
+    float *scores;            /* [n_threads][KILN_KV_ROWS][n_ctx] */
     float *rope_cos, *rope_sin; /* [n_batch][rope_dim / 2] */
     float *rope_cos_swa, *rope_sin_swa; /* the same for the sliding-window layers' frequencies */
     void *scratch;            /* quantized matmul inputs */
@@ -32,6 +32,10 @@ struct kiln_cpu_state {
     int *tok_pos;             /* [n_batch] */
     const int32_t **tok_blocks; /* [n_batch] the block table of each token's sequence */
     int *out_rows;            /* [n_batch] the tokens whose logits are wanted */
+    /* attention's query groups: up to KILN_KV_ROWS consecutive tokens of one sequence, group g from token
+     * grp_first[g] to grp_first[g + 1] */
+    int *grp_first;           /* [n_batch + 1] */
+    int n_groups;
     int block_size;
     int n_multi;              /* leading tokens that may use the multi-token kernels */
     int64_t attn_work;        /* (token, position) pairs attention visits, per head */
@@ -160,14 +164,14 @@ static void step_qkv_post(token_job *j, int t) {
     s->kv->store(s->v_cache + at, v, kv_dim);
 }
 
-/* ---- attention: one (token, head) pair per item, taken in turn by the threads ---- */
+/* ---- attention: one (query group, head) pair per item, taken in turn by the threads ---- */
 
 /* (token, head, position) triples below which attention runs on the calling thread alone */
 #define ATTN_INLINE_WORK 2048
 
 typedef struct attn_job {
     kiln_cpu_state *s;
-    int n, layer;
+    int layer;
     atomic_int next;
 } attn_job;
 
@@ -177,36 +181,67 @@ static const char *cache_row(const kiln_cpu_state *s, const char *layer_base, co
     return layer_base + ((size_t)blocks[p / bs] * (size_t)bs + (size_t)(p % bs)) * s->kv_row_bytes;
 }
 
-/* Token t's query head h over its sequence's positions first..pos (first: 0, or the start of a sliding window),
- * block by block. */
-static void attend(kiln_cpu_state *s, int layer, int t, int h, float *scores) {
+/* The queries of a group: nq consecutive tokens of one sequence, token g attending to positions first[g]..last[g]
+ * (first: 0, or the start of a sliding window). Both ends grow with g, so the queries that see a position form a
+ * range [lo, hi), moved along as the positions go up. */
+typedef struct query_group {
+    int nq, first[KILN_KV_ROWS], last[KILN_KV_ROWS];
+    int lo, hi;
+} query_group;
+
+static void group_seek(query_group *g, int p) {
+    while (g->lo < g->nq && g->last[g->lo] < p) g->lo++;
+    while (g->hi < g->nq && g->first[g->hi] <= p) g->hi++;
+}
+
+/* Head h of the group of nq tokens from t0, over their sequence's cache block by block: each key and value row is
+ * read once for all the queries that see it (kv dot_rows/axpy_rows), and every query gets the bits it would get
+ * alone. */
+static void attend(kiln_cpu_state *s, int layer, int t0, int nq, int h, float *scores) {
     const kiln_config *c = s->cfg;
-    int hd = c->head_dim, group = c->n_head / c->n_head_kv, bs = s->block_size, n_pos = s->tok_pos[t] + 1;
-    int first = kiln_config_layer_first_pos(c, layer, n_pos - 1);
-    const int32_t *blocks = s->tok_blocks[t];
-    const float *q = s->q + (size_t)t * kiln_config_q_dim(c) + h * hd;
-    size_t kv_off = (size_t)(h / group) * hd * s->kv_elem; /* the KV head this query head reads */
+    int hd = c->head_dim, kv_group = c->n_head / c->n_head_kv, bs = s->block_size, q_dim = kiln_config_q_dim(c);
+    const int32_t *blocks = s->tok_blocks[t0];
+    size_t kv_off = (size_t)(h / kv_group) * hd * s->kv_elem; /* the KV head this query head reads */
     const char *kc = s->k_cache + (size_t)layer * s->n_kv_rows * s->kv_row_bytes + kv_off;
     const char *vc = s->v_cache + (size_t)layer * s->n_kv_rows * s->kv_row_bytes + kv_off;
-    float max = -INFINITY;
-    for (int p = first; p < n_pos;) {
+    query_group g = {.nq = nq};
+    const float *q[KILN_KV_ROWS];
+    float *o[KILN_KV_ROWS], *sc[KILN_KV_ROWS], max[KILN_KV_ROWS], sum[KILN_KV_ROWS], d[KILN_KV_ROWS];
+    for (int i = 0; i < nq; i++) {
+        q[i] = s->q + (size_t)(t0 + i) * q_dim + h * hd;
+        o[i] = s->att_out + (size_t)(t0 + i) * q_dim + h * hd;
+        sc[i] = scores + (size_t)i * s->n_ctx;
+        g.last[i] = s->tok_pos[t0 + i];
+        g.first[i] = kiln_config_layer_first_pos(c, layer, g.last[i]);
+        max[i] = -INFINITY;
+        sum[i] = 0.0f;
+        memset(o[i], 0, sizeof(float) * (size_t)hd);
+    }
+    int start = g.first[0], end = g.last[nq - 1] + 1;
+    for (int p = start; p < end;) {
         const char *k = cache_row(s, kc, blocks, p);
-        for (int end = p - p % bs + bs; p < n_pos && p < end; p++, k += s->kv_row_bytes) {
-            scores[p] = s->kv->dot(q, k, hd) * c->attn_scale;
-            if (scores[p] > max) max = scores[p];
+        for (int stop = p - p % bs + bs; p < end && p < stop; p++, k += s->kv_row_bytes) {
+            group_seek(&g, p);
+            s->kv->dot_rows(q + g.lo, g.hi - g.lo, k, hd, d);
+            for (int i = g.lo; i < g.hi; i++) {
+                sc[i][p] = d[i - g.lo] * c->attn_scale;
+                if (sc[i][p] > max[i]) max[i] = sc[i][p];
+            }
         }
     }
-    float sum = 0.0f;
-    for (int p = first; p < n_pos; p++) {
-        scores[p] = expf(scores[p] - max);
-        sum += scores[p];
-    }
-    float *o = s->att_out + (size_t)t * kiln_config_q_dim(c) + h * hd;
-    memset(o, 0, sizeof(float) * (size_t)hd);
-    for (int p = first; p < n_pos;) {
+    for (int i = 0; i < nq; i++)
+        for (int p = g.first[i]; p <= g.last[i]; p++) {
+            sc[i][p] = expf(sc[i][p] - max[i]);
+            sum[i] += sc[i][p];
+        }
+    g.lo = g.hi = 0;
+    for (int p = start; p < end;) {
         const char *v = cache_row(s, vc, blocks, p);
-        for (int end = p - p % bs + bs; p < n_pos && p < end; p++, v += s->kv_row_bytes)
-            s->kv->axpy(o, scores[p] / sum, v, hd);
+        for (int stop = p - p % bs + bs; p < end && p < stop; p++, v += s->kv_row_bytes) {
+            group_seek(&g, p);
+            for (int i = g.lo; i < g.hi; i++) d[i - g.lo] = sc[i][p] / sum[i];
+            s->kv->axpy_rows(o + g.lo, d, g.hi - g.lo, v, hd);
+        }
     }
 }
 
@@ -214,10 +249,12 @@ static void attn_job_run(void *arg, int ith, int nth) {
     attn_job *j = arg;
     (void)nth;
     kiln_cpu_state *s = j->s;
-    int n_head = s->cfg->n_head, items = j->n * n_head, i;
-    float *scores = s->scores + (size_t)ith * s->n_ctx;
-    while ((i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items)
-        attend(s, j->layer, i / n_head, i % n_head, scores);
+    int n_head = s->cfg->n_head, items = s->n_groups * n_head, i;
+    float *scores = s->scores + (size_t)ith * KILN_KV_ROWS * s->n_ctx;
+    while ((i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items) {
+        int grp = i / n_head, t0 = s->grp_first[grp];
+        attend(s, j->layer, t0, s->grp_first[grp + 1] - t0, i % n_head, scores);
+    }
 }
 
 /* ---- matmuls: weights sharing an input and a vec_dot_type go in one call ---- */
@@ -252,7 +289,7 @@ static void layer(kiln_cpu_state *s, int l, int n) {
     matmuls(s, qkv, qkv_out, 3, s->xb, n, m);
     for_tokens(s, &tj, step_qkv_post);
 
-    attn_job aj = {.s = s, .n = n, .layer = l};
+    attn_job aj = {.s = s, .layer = l};
     atomic_init(&aj.next, 0);
     /* a short decode step's attention is less work than waking the workers for it */
     if (s->attn_work * s->cfg->n_head < ATTN_INLINE_WORK) attn_job_run(&aj, 0, 1);
@@ -288,13 +325,16 @@ static int stage(kiln_cpu_state *s, const kiln_cpu_seq *seqs, int n_seq, int blo
     s->block_size = block_size;
     s->n_multi = seqs[0].n;
     s->attn_work = 0;
+    s->n_groups = 0;
     for (int i = 0; i < n_seq; i++)
         for (int t = 0; t < seqs[i].n; t++, n++) {
+            if (t % KILN_KV_ROWS == 0) s->grp_first[s->n_groups++] = n;
             s->tok_id[n] = seqs[i].tokens[t];
             s->tok_pos[n] = seqs[i].pos + t;
             s->tok_blocks[n] = seqs[i].blocks;
             s->attn_work += s->tok_pos[n] + 1;
         }
+    s->grp_first[s->n_groups] = n;
     return n;
 }
 
@@ -447,7 +487,7 @@ static int alloc_buffers(kiln_cpu_state *s, kiln_error *err) {
         {(void **)&s->att_out, sizeof(float) * B * q_dim},
         {(void **)&s->hb, sizeof(float) * B * (size_t)c->n_ff},
         {(void **)&s->hb2, sizeof(float) * B * (size_t)c->n_ff},
-        {(void **)&s->scores, sizeof(float) * (size_t)kiln_pool_size(s->pool) * (size_t)s->n_ctx},
+        {(void **)&s->scores, sizeof(float) * (size_t)kiln_pool_size(s->pool) * KILN_KV_ROWS * (size_t)s->n_ctx},
         {(void **)&s->rope_cos, rope},
         {(void **)&s->rope_sin, rope},
         {(void **)&s->rope_cos_swa, c->n_swa > 0 ? rope : 0},
@@ -457,6 +497,7 @@ static int alloc_buffers(kiln_cpu_state *s, kiln_error *err) {
         {(void **)&s->tok_pos, sizeof *s->tok_pos * B},
         {(void **)&s->tok_blocks, sizeof *s->tok_blocks * B},
         {(void **)&s->out_rows, sizeof *s->out_rows * B},
+        {(void **)&s->grp_first, sizeof *s->grp_first * (B + 1)},
     };
     s->k_cache = malloc(cache);
     s->v_cache = malloc(cache);
@@ -510,7 +551,7 @@ void kiln_cpu_free(kiln_cpu_state *s) {
     kiln_pool_free(s->pool);
     void *bufs[] = {s->k_cache, s->v_cache, s->x, s->xb, s->q, s->k, s->v, s->att_out, s->hb, s->hb2, s->scores,
                     s->rope_cos, s->rope_sin, s->rope_cos_swa, s->rope_sin_swa, s->scratch, s->tok_id, s->tok_pos,
-                    (void *)s->tok_blocks, s->out_rows};
+                    (void *)s->tok_blocks, s->out_rows, s->grp_first};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(s);
 }

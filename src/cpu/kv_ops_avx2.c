@@ -64,5 +64,41 @@ static void axpy_f32(float *out, float a, const void *v, int n) {
     for (; i < n; i++) out[i] += a * vf[i];
 }
 
-const kiln_kv_ops kiln_kv_f16_avx2 = {store_f16, dot_f16, axpy_f16};
-const kiln_kv_ops kiln_kv_f32_avx2 = {store_f32, dot_f32, axpy_f32};
+/* dot and axpy for several queries or outputs: each 8-element run of the row is loaded (and converted) once and
+ * taken by every query in turn, with the single forms' operations in their order, so the same bits. */
+static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline float same_float(float x) { return x; }
+
+#define KV_ROWS_OPS(type, elem_t, load, to_float)                                                                    \
+    static void dot_rows_##type(const float *const *q, int nq, const void *k, int n, float *out) {                  \
+        const elem_t *kr = k;                                                                                        \
+        __m256 acc[KILN_KV_ROWS];                                                                                    \
+        for (int g = 0; g < nq; g++) acc[g] = _mm256_setzero_ps();                                                   \
+        int i = 0;                                                                                                   \
+        for (; i + 8 <= n; i += 8) {                                                                                 \
+            const __m256 kv = load(kr + i);                                                                          \
+            for (int g = 0; g < nq; g++) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q[g] + i), kv, acc[g]);            \
+        }                                                                                                            \
+        for (int g = 0; g < nq; g++) {                                                                               \
+            float sum = hsum(acc[g]);                                                                                \
+            for (int t = i; t < n; t++) sum += q[g][t] * to_float(kr[t]);                                            \
+            out[g] = sum;                                                                                            \
+        }                                                                                                            \
+    }                                                                                                                \
+    static void axpy_rows_##type(float *const *out, const float *a, int nq, const void *v, int n) {                 \
+        const elem_t *vr = v;                                                                                        \
+        int i = 0;                                                                                                   \
+        for (; i + 8 <= n; i += 8) {                                                                                 \
+            const __m256 vv = load(vr + i);                                                                          \
+            for (int g = 0; g < nq; g++)                                                                             \
+                _mm256_storeu_ps(out[g] + i, _mm256_fmadd_ps(_mm256_set1_ps(a[g]), vv, _mm256_loadu_ps(out[g] + i))); \
+        }                                                                                                            \
+        for (int g = 0; g < nq; g++)                                                                                 \
+            for (int t = i; t < n; t++) out[g][t] += a[g] * to_float(vr[t]);                                         \
+    }
+
+KV_ROWS_OPS(f16, kiln_half, load_f16, kiln_half_to_float)
+KV_ROWS_OPS(f32, float, load_f32, same_float)
+
+const kiln_kv_ops kiln_kv_f16_avx2 = {store_f16, dot_f16, axpy_f16, dot_rows_f16, axpy_rows_f16};
+const kiln_kv_ops kiln_kv_f32_avx2 = {store_f32, dot_f32, axpy_f32, dot_rows_f32, axpy_rows_f32};

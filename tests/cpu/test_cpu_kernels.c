@@ -56,6 +56,39 @@ static void test_kv_ops_simd_match_scalar(void **state) {
     assert_null(kiln_kv_ops_get(KILN_TYPE_Q4_0, KILN_ISA_SCALAR));
 }
 
+/* dot_rows and axpy_rows give every query or output the bits of dot and axpy, at every ISA and for 1..8 rows. */
+static void test_kv_rows_match_single(void **state) {
+    (void)state;
+    kiln_type types[2] = {KILN_TYPE_F16, KILN_TYPE_F32};
+    enum { N = 77 };
+    for (int isa = KILN_ISA_SCALAR; isa <= (int)kiln_cpu_isa() && isa <= KILN_ISA_AVX2; isa++)
+        for (int ti = 0; ti < 2; ti++) {
+            const kiln_kv_ops *ops = kiln_kv_ops_get(types[ti], (kiln_isa)isa);
+            float src[N], q[KILN_KV_ROWS][N], out[KILN_KV_ROWS][N], alone[N], got[KILN_KV_ROWS], a[KILN_KV_ROWS];
+            uint32_t row[N];
+            fill(src, N);
+            ops->store(row, src, N);
+            const float *qs[KILN_KV_ROWS];
+            float *outs[KILN_KV_ROWS];
+            for (int g = 0; g < KILN_KV_ROWS; g++) {
+                fill(q[g], N);
+                fill(out[g], N);
+                qs[g] = q[g], outs[g] = out[g], a[g] = 0.1f * (float)(g + 1);
+            }
+            for (int nq = 1; nq <= KILN_KV_ROWS; nq++) {
+                ops->dot_rows(qs, nq, row, N, got);
+                for (int g = 0; g < nq; g++) {
+                    float want = ops->dot(q[g], row, N);
+                    assert_memory_equal(&got[g], &want, sizeof want);
+                }
+            }
+            memcpy(alone, out[KILN_KV_ROWS - 1], sizeof alone);
+            ops->axpy(alone, a[KILN_KV_ROWS - 1], row, N);
+            ops->axpy_rows(outs, a, KILN_KV_ROWS, row, N);
+            assert_memory_equal(out[KILN_KV_ROWS - 1], alone, sizeof alone);
+        }
+}
+
 /* A random weight of the given type, its F32 dequantization, and products against both. */
 static void check_matmul(kiln_type type, int n_in, int n_out, int n_tok, kiln_pool *pool) {
     const kiln_quant_ops *ops = kiln_quant_ops_best(type);
@@ -197,6 +230,7 @@ static void test_pool_does_every_item_once(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_ops_simd_match_scalar),
+        cmocka_unit_test(test_kv_rows_match_single),
         cmocka_unit_test(test_matmul_matches_dequantized_product),
         cmocka_unit_test(test_gemm_simd_matches_reference),
         cmocka_unit_test(test_pool_does_every_item_once),
