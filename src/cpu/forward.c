@@ -194,9 +194,9 @@ static void group_seek(query_group *g, int p) {
     while (g->hi < g->nq && g->first[g->hi] <= p) g->hi++;
 }
 
-/* Head h of the group of nq tokens from t0, over their sequence's cache block by block: each key and value row is
- * read once for all the queries that see it (kv dot_rows/axpy_rows), and every query gets the bits it would get
- * alone. */
+/* Head h of the group of nq tokens from t0, over their sequence's cache block by block: each key row is read once
+ * for all the queries that see it (kv dot_rows), each query's output is held in registers over a block's run of
+ * value rows (kv mix), and every query gets the bits it would get alone. */
 static void attend(kiln_cpu_state *s, int layer, int t0, int nq, int h, float *scores) {
     const kiln_config *c = s->cfg;
     int hd = c->head_dim, kv_group = c->n_head / c->n_head_kv, bs = s->block_size, q_dim = kiln_config_q_dim(c);
@@ -234,13 +234,12 @@ static void attend(kiln_cpu_state *s, int layer, int t0, int nq, int h, float *s
             sc[i][p] = expf(sc[i][p] - max[i]);
             sum[i] += sc[i][p];
         }
-    g.lo = g.hi = 0;
-    for (int p = start; p < end;) {
-        const char *v = cache_row(s, vc, blocks, p);
-        for (int stop = p - p % bs + bs; p < end && p < stop; p++, v += s->kv_row_bytes) {
-            group_seek(&g, p);
-            for (int i = g.lo; i < g.hi; i++) d[i - g.lo] = sc[i][p] / sum[i];
-            s->kv->axpy_rows(o + g.lo, d, g.hi - g.lo, v, hd);
+    /* the values query by query, a block's run of rows at a time, the output in registers over the run */
+    for (int i = 0; i < nq; i++) {
+        for (int p = g.first[i]; p <= g.last[i]; p++) sc[i][p] /= sum[i];
+        for (int p = g.first[i], run; p <= g.last[i]; p += run) {
+            run = (p - p % bs + bs < g.last[i] + 1 ? p - p % bs + bs : g.last[i] + 1) - p;
+            s->kv->mix(o[i], sc[i] + p, cache_row(s, vc, blocks, p), s->kv_row_bytes, run, hd);
         }
     }
 }

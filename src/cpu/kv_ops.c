@@ -36,25 +36,25 @@ static void axpy_f32(float *out, float a, const void *v, int n) {
     for (int i = 0; i < n; i++) out[i] += a * vf[i];
 }
 
-/* The references take the rows one query at a time. */
+/* The references take the queries and the rows one at a time. */
 static void dot_rows_f16(const float *const *q, int nq, const void *k, int n, float *out) {
     for (int g = 0; g < nq; g++) out[g] = dot_f16(q[g], k, n);
-}
-
-static void axpy_rows_f16(float *const *out, const float *a, int nq, const void *v, int n) {
-    for (int g = 0; g < nq; g++) axpy_f16(out[g], a[g], v, n);
 }
 
 static void dot_rows_f32(const float *const *q, int nq, const void *k, int n, float *out) {
     for (int g = 0; g < nq; g++) out[g] = dot_f32(q[g], k, n);
 }
 
-static void axpy_rows_f32(float *const *out, const float *a, int nq, const void *v, int n) {
-    for (int g = 0; g < nq; g++) axpy_f32(out[g], a[g], v, n);
+static void mix_f16(float *out, const float *a, const void *v, size_t stride, int n_rows, int n) {
+    for (int r = 0; r < n_rows; r++) axpy_f16(out, a[r], (const char *)v + (size_t)r * stride, n);
 }
 
-static const kiln_kv_ops KV_F16 = {store_f16, dot_f16, axpy_f16, dot_rows_f16, axpy_rows_f16};
-static const kiln_kv_ops KV_F32 = {store_f32, dot_f32, axpy_f32, dot_rows_f32, axpy_rows_f32};
+static void mix_f32(float *out, const float *a, const void *v, size_t stride, int n_rows, int n) {
+    for (int r = 0; r < n_rows; r++) axpy_f32(out, a[r], (const char *)v + (size_t)r * stride, n);
+}
+
+static const kiln_kv_ops KV_F16 = {store_f16, dot_f16, axpy_f16, dot_rows_f16, mix_f16};
+static const kiln_kv_ops KV_F32 = {store_f32, dot_f32, axpy_f32, dot_rows_f32, mix_f32};
 
 const kiln_kv_ops *kiln_kv_ops_get(kiln_type type, kiln_isa isa) {
     bool simd = isa >= KILN_ISA_AVX2;

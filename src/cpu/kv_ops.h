@@ -5,6 +5,8 @@
 #ifndef KILN_CPU_KV_OPS_H
 #define KILN_CPU_KV_OPS_H
 
+#include <stddef.h>
+
 #include "quant/quant.h"
 
 #define KILN_KV_ROWS 8
@@ -15,8 +17,9 @@ typedef struct kiln_kv_ops {
     void (*axpy)(float *out, float a, const void *v, int n); /* out += a * v */
     /* out[g] = dot(q[g], k, n) for g < nq <= KILN_KV_ROWS */
     void (*dot_rows)(const float *const *q, int nq, const void *k, int n, float *out);
-    /* out[g] += a[g] * v for g < nq <= KILN_KV_ROWS */
-    void (*axpy_rows)(float *const *out, const float *a, int nq, const void *v, int n);
+    /* out += a[r] * (row r) for rows r < n_rows at v, v + stride, ..., in that order: each element gets the sums of
+     * n_rows axpy calls, bit for bit, with out held in registers over the rows */
+    void (*mix)(float *out, const float *a, const void *v, size_t stride, int n_rows, int n);
 } kiln_kv_ops;
 
 /* NULL for a type other than F16/F32. */

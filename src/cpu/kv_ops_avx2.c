@@ -64,8 +64,9 @@ static void axpy_f32(float *out, float a, const void *v, int n) {
     for (; i < n; i++) out[i] += a * vf[i];
 }
 
-/* dot and axpy for several queries or outputs: each 8-element run of the row is loaded (and converted) once and
- * taken by every query in turn, with the single forms' operations in their order, so the same bits. */
+/* dot for several queries (each 8-element run of the row loaded and converted once, taken by every query in turn)
+ * and axpy over several rows (the output in registers): the single forms' operations in their order, so the same
+ * bits. */
 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline float same_float(float x) { return x; }
 
@@ -85,20 +86,36 @@ static inline float same_float(float x) { return x; }
             out[g] = sum;                                                                                            \
         }                                                                                                            \
     }                                                                                                                \
-    static void axpy_rows_##type(float *const *out, const float *a, int nq, const void *v, int n) {                 \
-        const elem_t *vr = v;                                                                                        \
+    /* 32 elements of out at a time in four registers over all the rows, then the 8-element runs, then the tail */  \
+    static void mix_##type(float *out, const float *a, const void *v, size_t stride, int n_rows, int n) {           \
+        const char *vb = v;                                                                                          \
         int i = 0;                                                                                                   \
-        for (; i + 8 <= n; i += 8) {                                                                                 \
-            const __m256 vv = load(vr + i);                                                                          \
-            for (int g = 0; g < nq; g++)                                                                             \
-                _mm256_storeu_ps(out[g] + i, _mm256_fmadd_ps(_mm256_set1_ps(a[g]), vv, _mm256_loadu_ps(out[g] + i))); \
+        for (; i + 32 <= n; i += 32) {                                                                               \
+            __m256 o0 = _mm256_loadu_ps(out + i), o1 = _mm256_loadu_ps(out + i + 8);                                 \
+            __m256 o2 = _mm256_loadu_ps(out + i + 16), o3 = _mm256_loadu_ps(out + i + 24);                           \
+            for (int r = 0; r < n_rows; r++) {                                                                       \
+                const elem_t *vr = (const elem_t *)(vb + (size_t)r * stride) + i;                                    \
+                const __m256 va = _mm256_set1_ps(a[r]);                                                              \
+                o0 = _mm256_fmadd_ps(va, load(vr), o0);                                                              \
+                o1 = _mm256_fmadd_ps(va, load(vr + 8), o1);                                                          \
+                o2 = _mm256_fmadd_ps(va, load(vr + 16), o2);                                                         \
+                o3 = _mm256_fmadd_ps(va, load(vr + 24), o3);                                                         \
+            }                                                                                                        \
+            _mm256_storeu_ps(out + i, o0), _mm256_storeu_ps(out + i + 8, o1);                                        \
+            _mm256_storeu_ps(out + i + 16, o2), _mm256_storeu_ps(out + i + 24, o3);                                  \
         }                                                                                                            \
-        for (int g = 0; g < nq; g++)                                                                                 \
-            for (int t = i; t < n; t++) out[g][t] += a[g] * to_float(vr[t]);                                         \
+        for (; i + 8 <= n; i += 8) {                                                                                 \
+            __m256 o = _mm256_loadu_ps(out + i);                                                                     \
+            for (int r = 0; r < n_rows; r++)                                                                         \
+                o = _mm256_fmadd_ps(_mm256_set1_ps(a[r]), load((const elem_t *)(vb + (size_t)r * stride) + i), o);   \
+            _mm256_storeu_ps(out + i, o);                                                                            \
+        }                                                                                                            \
+        for (; i < n; i++)                                                                                           \
+            for (int r = 0; r < n_rows; r++) out[i] += a[r] * to_float(((const elem_t *)(vb + (size_t)r * stride))[i]); \
     }
 
 KV_ROWS_OPS(f16, kiln_half, load_f16, kiln_half_to_float)
 KV_ROWS_OPS(f32, float, load_f32, same_float)
 
-const kiln_kv_ops kiln_kv_f16_avx2 = {store_f16, dot_f16, axpy_f16, dot_rows_f16, axpy_rows_f16};
-const kiln_kv_ops kiln_kv_f32_avx2 = {store_f32, dot_f32, axpy_f32, dot_rows_f32, axpy_rows_f32};
+const kiln_kv_ops kiln_kv_f16_avx2 = {store_f16, dot_f16, axpy_f16, dot_rows_f16, mix_f16};
+const kiln_kv_ops kiln_kv_f32_avx2 = {store_f32, dot_f32, axpy_f32, dot_rows_f32, mix_f32};
