@@ -111,7 +111,8 @@ static inline float same_float(float x) { return x; }
             _mm256_storeu_ps(out + i, o);                                                                            \
         }                                                                                                            \
         for (; i < n; i++)                                                                                           \
-            for (int r = 0; r < n_rows; r++) out[i] += a[r] * to_float(((const elem_t *)(vb + (size_t)r * stride))[i]); \
+            for (int r = 0; r < n_rows; r++)                                                                         \
+                out[i] += a[r] * to_float(((const elem_t *)(vb + (size_t)r * stride))[i]);                           \
     }
 
 KV_ROWS_OPS(f16, kiln_half, load_f16, kiln_half_to_float)
