@@ -345,6 +345,70 @@ static float vec_dot_q6_K(int64_t n, const void *vx, const void *vy) {
 /* ---- KILN_DOT_ROWS activation rows at once: per row the operations of the single-row kernels above, the weights'
  * unpacking and scales shared ---- */
 
+static void vec_dot_rows_q2_K(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+    const block_q2_K *x = vx;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    __m256 acc[KILN_DOT_ROWS], acc_m[KILN_DOT_ROWS];
+    for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = acc_m[k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const scale_words w = widen_scales(_mm_and_si128(sc, m4), 0);
+        __m256i sumi[KILN_DOT_ROWS];
+        for (int k = 0; k < KILN_DOT_ROWS; k++) sumi[k] = _mm256_setzero_si256();
+        for (int half = 0; half < QK_K / 128; half++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
+            for (int j = 0; j < 4; j++) {
+                const int s = 8 * half + 2 * j;
+                const __m256i v = _mm256_and_si256(srl16(q, 2 * j), m3), scales = scale_pair(&w, s, s + 1);
+                for (int k = 0; k < KILN_DOT_ROWS; k++) {
+                    const int8_t *q8 = kquant_row_block(vy, y_stride, k, i)->qs + 32 * (4 * half + j);
+                    sumi[k] = _mm256_add_epi32(sumi[k], dot32(v, q8, scales));
+                }
+            }
+        }
+        const float xd = half_to_float(x[i].d), xdmin = half_to_float(x[i].dmin);
+        const __m128i min_bytes = _mm_and_si128(_mm_srli_epi16(sc, 4), m4);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+            const __m256i mins = bsum_dot(min_bytes, y->bsums, 0);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+            acc_m[k] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xdmin), _mm256_cvtepi32_ps(mins), acc_m[k]);
+        }
+    }
+    for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = hsum_ps(_mm256_sub_ps(acc[k], acc_m[k]));
+}
+
+static void vec_dot_rows_q3_K(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+    const block_q3_K *x = vx;
+    __m256 acc[KILN_DOT_ROWS];
+    for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc = _mm_sub_epi8(kquant_q3_scales(x[i].scales), _mm_set1_epi8(32));
+        const scale_words w = widen_scales(sc, 1);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i sumi[KILN_DOT_ROWS];
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+            sumi[k] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsum_dot(sc, y->bsums, 1), 2));
+        }
+        for (int j = 0; j < 8; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (j / 4)));
+            const __m256i g = q3_group(q, hm, j), scales = scale_pair(&w, 2 * j, 2 * j + 1);
+            for (int k = 0; k < KILN_DOT_ROWS; k++) {
+                const int8_t *q8 = kquant_row_block(vy, y_stride, k, i)->qs + 32 * j;
+                sumi[k] = _mm256_add_epi32(sumi[k], dot32(g, q8, scales));
+            }
+        }
+        const float xd = half_to_float(x[i].d);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const float d = kquant_row_block(vy, y_stride, k, i)->d * xd;
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+        }
+    }
+    for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = hsum_ps(acc[k]);
+}
+
 static inline void vec_dot_rows_k4(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out,
                                    bool five_bits) {
     const uint8_t *xb = vx;
@@ -427,8 +491,8 @@ static void vec_dot_rows_q6_K(int64_t n, const void *vx, const void *vy, size_t 
 }
 
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K, NULL}},
-    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K, vec_dot_rows_q2_K}},
+    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K, vec_dot_rows_q3_K}},
     {KILN_TYPE_Q4_K, {dequantize_row_q4_K, NULL, vec_dot_q4_K, KILN_TYPE_Q8_K, vec_dot_rows_q4_K}},
     {KILN_TYPE_Q5_K, {dequantize_row_q5_K, NULL, vec_dot_q5_K, KILN_TYPE_Q8_K, vec_dot_rows_q5_K}},
     {KILN_TYPE_Q6_K, {dequantize_row_q6_K, NULL, vec_dot_q6_K, KILN_TYPE_Q8_K, vec_dot_rows_q6_K}},

@@ -104,8 +104,8 @@ static void dequantize_row_q8_K(const void *src, float *dst, int64_t n) {
 }
 
 static const kiln_quant_entry ENTRIES[] = {
-    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K, NULL}},
-    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q2_K, {dequantize_row_q2_K, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K, vec_dot_rows_q2_K}},
+    {KILN_TYPE_Q3_K, {dequantize_row_q3_K, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K, vec_dot_rows_q3_K}},
     {KILN_TYPE_Q4_K, {dequantize_row_q4_K, NULL, vec_dot_q4_K, KILN_TYPE_Q8_K, vec_dot_rows_q4_K}},
     {KILN_TYPE_Q5_K, {dequantize_row_q5_K, NULL, vec_dot_q5_K, KILN_TYPE_Q8_K, vec_dot_rows_q5_K}},
     {KILN_TYPE_Q6_K, {dequantize_row_q6_K, NULL, vec_dot_q6_K, KILN_TYPE_Q8_K, vec_dot_rows_q6_K}},

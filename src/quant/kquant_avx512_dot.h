@@ -201,6 +201,55 @@ static inline float vec_dot_q6_K_impl(int64_t n, const void *vx, const void *vy)
 /* ---- KILN_DOT_ROWS activation rows at once: the same operations per row as the single-row kernels above, the
  * weights' unpacking and scales shared ---- */
 
+static inline void vec_dot_rows_q2_K_impl(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+    const block_q2_K *x = vx;
+    __m512 acc[KILN_DOT_ROWS], acc_m[KILN_DOT_ROWS];
+    for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = acc_m[k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m128i min_bytes = _mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0xF));
+        const __m512i scales = scale_words(_mm512_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0xF))));
+        __m512i q[4], scg[4];
+        for (int g = 0; g < 4; g++) {
+            q[g] = q2_pair(x[i].qs, g / 2, g % 2);
+            scg[g] = pick_scales(scales, 4 * g, 4);
+        }
+        const float xd = half_to_float(x[i].d), xdmin = half_to_float(x[i].dmin);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+            const __m512i mins = bsum_dot(min_bytes, y->bsums, false);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int g = 0; g < 4; g++) sumi = dot64(sumi, q[g], y->qs + 64 * g, scg[g]);
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc[k]);
+            acc_m[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xdmin), _mm512_cvtepi32_ps(mins), acc_m[k]);
+        }
+    }
+    for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = block_sum(_mm512_sub_ps(acc[k], acc_m[k]));
+}
+
+static inline void vec_dot_rows_q3_K_impl(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+    const block_q3_K *x = vx;
+    __m512 acc[KILN_DOT_ROWS];
+    for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc = _mm_sub_epi8(kquant_q3_scales(x[i].scales), _mm_set1_epi8(32));
+        const __m512i scales = scale_words(_mm512_cvtepi8_epi32(sc));
+        __m512i q[4], scg[4];
+        for (int g = 0; g < 4; g++) {
+            q[g] = q3_pair(x[i].qs, x[i].hmask, g / 2, g % 2);
+            scg[g] = pick_scales(scales, 4 * g, 4);
+        }
+        const float xd = half_to_float(x[i].d);
+        for (int k = 0; k < KILN_DOT_ROWS; k++) {
+            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsum_dot(sc, y->bsums, true), 2));
+            for (int g = 0; g < 4; g++) sumi = dot64(sumi, q[g], y->qs + 64 * g, scg[g]);
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc[k]);
+        }
+    }
+    for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = block_sum(acc[k]);
+}
+
 static inline void vec_dot_rows_k4_impl(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out,
                                         bool five_bits) {
     const uint8_t *xb = vx;
@@ -259,6 +308,12 @@ static float vec_dot_q4_K(int64_t n, const void *x, const void *y) { return vec_
 static float vec_dot_q5_K(int64_t n, const void *x, const void *y) { return vec_dot_k4_impl(n, x, y, true); }
 static float vec_dot_q6_K(int64_t n, const void *x, const void *y) { return vec_dot_q6_K_impl(n, x, y); }
 
+static void vec_dot_rows_q2_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
+    vec_dot_rows_q2_K_impl(n, x, y, y_stride, out);
+}
+static void vec_dot_rows_q3_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
+    vec_dot_rows_q3_K_impl(n, x, y, y_stride, out);
+}
 static void vec_dot_rows_q4_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
     vec_dot_rows_k4_impl(n, x, y, y_stride, out, false);
 }

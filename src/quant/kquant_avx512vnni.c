@@ -4,8 +4,8 @@
 #include "quant/kquant_avx512_dot.h"
 
 static const kiln_quant_entry VNNI_ENTRIES[] = {
-    {KILN_TYPE_Q2_K, {NULL, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K, NULL}},
-    {KILN_TYPE_Q3_K, {NULL, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K, NULL}},
+    {KILN_TYPE_Q2_K, {NULL, NULL, vec_dot_q2_K, KILN_TYPE_Q8_K, vec_dot_rows_q2_K}},
+    {KILN_TYPE_Q3_K, {NULL, NULL, vec_dot_q3_K, KILN_TYPE_Q8_K, vec_dot_rows_q3_K}},
     {KILN_TYPE_Q4_K, {NULL, NULL, vec_dot_q4_K, KILN_TYPE_Q8_K, vec_dot_rows_q4_K}},
     {KILN_TYPE_Q5_K, {NULL, NULL, vec_dot_q5_K, KILN_TYPE_Q8_K, vec_dot_rows_q5_K}},
     {KILN_TYPE_Q6_K, {NULL, NULL, vec_dot_q6_K, KILN_TYPE_Q8_K, vec_dot_rows_q6_K}},
