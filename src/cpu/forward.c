@@ -237,9 +237,10 @@ static void attend(kiln_cpu_state *s, int layer, int t0, int nq, int h, float *s
     /* the values query by query, a block's run of rows at a time, the output in registers over the run */
     for (int i = 0; i < nq; i++) {
         for (int p = g.first[i]; p <= g.last[i]; p++) sc[i][p] /= sum[i];
-        for (int p = g.first[i], run; p <= g.last[i]; p += run) {
-            run = (p - p % bs + bs < g.last[i] + 1 ? p - p % bs + bs : g.last[i] + 1) - p;
-            s->kv->mix(o[i], sc[i] + p, cache_row(s, vc, blocks, p), s->kv_row_bytes, run, hd);
+        for (int p = g.first[i], stop; p <= g.last[i]; p = stop) {
+            stop = p - p % bs + bs; /* the end of p's block, or of the query's positions */
+            if (stop > g.last[i] + 1) stop = g.last[i] + 1;
+            s->kv->mix(o[i], sc[i] + p, cache_row(s, vc, blocks, p), s->kv_row_bytes, stop - p, hd);
         }
     }
 }

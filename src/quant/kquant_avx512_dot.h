@@ -201,7 +201,7 @@ static inline float vec_dot_q6_K_impl(int64_t n, const void *vx, const void *vy)
 /* ---- KILN_DOT_ROWS activation rows at once: the same operations per row as the single-row kernels above, the
  * weights' unpacking and scales shared ---- */
 
-static inline void vec_dot_rows_q2_K_impl(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+static void vec_dot_rows_q2_K(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
     const block_q2_K *x = vx;
     __m512 acc[KILN_DOT_ROWS], acc_m[KILN_DOT_ROWS];
     for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = acc_m[k] = _mm512_setzero_ps();
@@ -227,7 +227,20 @@ static inline void vec_dot_rows_q2_K_impl(int64_t n, const void *vx, const void 
     for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = block_sum(_mm512_sub_ps(acc[k], acc_m[k]));
 }
 
-static inline void vec_dot_rows_q3_K_impl(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+/* Q3_K and Q6_K, per activation row of a block: the four 64-weight groups' scaled dots, less the weights' bias
+ * (1 << bias_shift) through the row's bsums, times d. */
+static inline void rows_signed_block(__m512 *acc, const __m512i *q, const __m512i *scg, __m128i sc, int bias_shift,
+                                     float xd, const void *vy, size_t y_stride, int64_t i) {
+    for (int k = 0; k < KILN_DOT_ROWS; k++) {
+        const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
+        __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        _mm512_slli_epi32(bsum_dot(sc, y->bsums, true), bias_shift));
+        for (int g = 0; g < 4; g++) sumi = dot64(sumi, q[g], y->qs + 64 * g, scg[g]);
+        acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc[k]);
+    }
+}
+
+static void vec_dot_rows_q3_K(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
     const block_q3_K *x = vx;
     __m512 acc[KILN_DOT_ROWS];
     for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = _mm512_setzero_ps();
@@ -239,13 +252,7 @@ static inline void vec_dot_rows_q3_K_impl(int64_t n, const void *vx, const void 
             q[g] = q3_pair(x[i].qs, x[i].hmask, g / 2, g % 2);
             scg[g] = pick_scales(scales, 4 * g, 4);
         }
-        const float xd = half_to_float(x[i].d);
-        for (int k = 0; k < KILN_DOT_ROWS; k++) {
-            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
-            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsum_dot(sc, y->bsums, true), 2));
-            for (int g = 0; g < 4; g++) sumi = dot64(sumi, q[g], y->qs + 64 * g, scg[g]);
-            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc[k]);
-        }
+        rows_signed_block(acc, q, scg, sc, 2, half_to_float(x[i].d), vy, y_stride, i);
     }
     for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = block_sum(acc[k]);
 }
@@ -279,7 +286,7 @@ static inline void vec_dot_rows_k4_impl(int64_t n, const void *vx, const void *v
     for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = block_sum(_mm512_sub_ps(acc[k], acc_m[k]));
 }
 
-static inline void vec_dot_rows_q6_K_impl(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
+static void vec_dot_rows_q6_K(int64_t n, const void *vx, const void *vy, size_t y_stride, float *out) {
     const block_q6_K *x = vx;
     __m512 acc[KILN_DOT_ROWS];
     for (int k = 0; k < KILN_DOT_ROWS; k++) acc[k] = _mm512_setzero_ps();
@@ -291,13 +298,7 @@ static inline void vec_dot_rows_q6_K_impl(int64_t n, const void *vx, const void 
             q[g] = q6_pair(x[i].ql + 64 * (g / 2), x[i].qh + 32 * (g / 2), g % 2);
             scg[g] = pick_scales(scales, 4 * g, 4);
         }
-        const float xd = half_to_float(x[i].d);
-        for (int k = 0; k < KILN_DOT_ROWS; k++) {
-            const block_q8_K *y = kquant_row_block(vy, y_stride, k, i);
-            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bsum_dot(sc, y->bsums, true), 5));
-            for (int g = 0; g < 4; g++) sumi = dot64(sumi, q[g], y->qs + 64 * g, scg[g]);
-            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc[k]);
-        }
+        rows_signed_block(acc, q, scg, sc, 5, half_to_float(x[i].d), vy, y_stride, i);
     }
     for (int k = 0; k < KILN_DOT_ROWS; k++) out[k] = block_sum(acc[k]);
 }
@@ -308,20 +309,11 @@ static float vec_dot_q4_K(int64_t n, const void *x, const void *y) { return vec_
 static float vec_dot_q5_K(int64_t n, const void *x, const void *y) { return vec_dot_k4_impl(n, x, y, true); }
 static float vec_dot_q6_K(int64_t n, const void *x, const void *y) { return vec_dot_q6_K_impl(n, x, y); }
 
-static void vec_dot_rows_q2_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
-    vec_dot_rows_q2_K_impl(n, x, y, y_stride, out);
-}
-static void vec_dot_rows_q3_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
-    vec_dot_rows_q3_K_impl(n, x, y, y_stride, out);
-}
 static void vec_dot_rows_q4_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
     vec_dot_rows_k4_impl(n, x, y, y_stride, out, false);
 }
 static void vec_dot_rows_q5_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
     vec_dot_rows_k4_impl(n, x, y, y_stride, out, true);
-}
-static void vec_dot_rows_q6_K(int64_t n, const void *x, const void *y, size_t y_stride, float *out) {
-    vec_dot_rows_q6_K_impl(n, x, y, y_stride, out);
 }
 
 #endif
